@@ -1,0 +1,157 @@
+"""`gpu-binder agent`: the node agent's command line (issue 4 part 6)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from gpu_binder.agent.deviceplugin import DevicePluginManager
+from gpu_binder.agent.deviceplugin.rpc import PLUGIN_DIR
+from gpu_binder.agent.discovery import scan
+from gpu_binder.agent.pci import SysfsError
+from gpu_binder.agent.runner import AgentConfig, NodeAgent
+from gpu_binder.agent.sync import observe, plan
+from gpu_binder.client.interface import Client
+
+# Builds the API client from --kubeconfig (None: in-cluster); the CLI passes the real one.
+Connect = Callable[[str | None], Awaitable[Client]]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-binder agent",
+        description="Keep this node's GPUDevices in step with its GPUs, reset released "
+        "GPUs, and serve them to the kubelet one slot resource each.",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/"),
+        help="the host's root: sysfs is read at ROOT/sys, VFIO at ROOT/dev/vfio",
+    )
+    p.add_argument("--node", help="node name (default: $NODE_NAME, else the host name)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the GPUDevices as YAML instead of writing them (implies --once)",
+    )
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between rescans")
+    p.add_argument(
+        "--vendor",
+        action="append",
+        default=[],
+        help="PCI vendor id to discover, e.g. 0x10de (default: the classes' vendors)",
+    )
+    p.add_argument(
+        "--device-plugin-dir",
+        type=Path,
+        default=Path(PLUGIN_DIR),
+        help="the kubelet's device-plugin directory, holding kubelet.sock",
+    )
+    p.add_argument(
+        "--no-device-plugin", action="store_true", help="do not serve slot resources to the kubelet"
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return p
+
+
+def node_name(flag: str | None) -> str:
+    """--node, else NODE_NAME (the DaemonSet's downward API), else the host name."""
+    # The kubelet registers a node under its lower-cased host name by default.
+    return flag or os.environ.get("NODE_NAME") or socket.gethostname().lower()
+
+
+def dry_run(root: Path, node: str, vendors: list[str], out: TextIO, err: TextIO) -> int:
+    """Print the GPUDevices a first sync would create on an empty cluster."""
+    try:
+        found = scan(root, vendors or ["0x10de"])
+    except SysfsError as e:
+        print(f"gpu-binder agent: {e}", file=err)
+        return 1
+    for note in found.notes():
+        print(f"# {note}", file=err)
+    p = plan(node, observe(found, root), [], found.unreadable)
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": d.api_version,
+            "kind": d.kind,
+            "metadata": {"name": d.name, "labels": dict(d.metadata.labels)},
+            "spec": d.spec.to_dict(),
+        }
+        for d in p.create
+    ]
+    yaml.safe_dump_all(docs, out, sort_keys=False)
+    return 0
+
+
+async def run(args: argparse.Namespace, client: Client) -> int:
+    config = AgentConfig(
+        node=node_name(args.node),
+        root=args.root,
+        interval=args.interval,
+        vendors=tuple(args.vendor),
+    )
+    plugins = None if args.no_device_plugin else DevicePluginManager(args.device_plugin_dir)
+    agent = NodeAgent(config, client, plugins=plugins)
+    if args.once:
+        try:
+            report = await agent.run_pass()
+        except SysfsError as e:
+            print(f"gpu-binder agent: {e}", file=sys.stderr)
+            return 1
+        finally:
+            if plugins is not None:
+                await plugins.close()
+        for error in report.sync.errors:
+            print(f"gpu-binder agent: {error}", file=sys.stderr)
+        return 1 if report.sync.errors else 0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, agent.wake.set)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await agent.run(stop)
+    return 0
+
+
+def _default_connect() -> Connect | None:
+    """The real API client's factory, `gpu_binder.kube.connect`, when this build has it."""
+    try:
+        module = importlib.import_module("gpu_binder.kube")
+    except ImportError:
+        return None
+    found: Connect | None = getattr(module, "connect", None)
+    return found
+
+
+def main_agent(argv: list[str] | None = None, connect: Connect | None = None) -> int:
+    """Entry point of `gpu-binder agent ARGS`; `connect` builds the API client."""
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    node = node_name(args.node)
+    if args.dry_run:
+        return dry_run(args.root, node, args.vendor, sys.stdout, sys.stderr)
+    make = connect or _default_connect()
+    if make is None:
+        print("gpu-binder agent: no API client in this build; use --dry-run", file=sys.stderr)
+        return 2
+
+    async def main() -> int:
+        return await run(args, await make(args.kubeconfig))
+
+    return asyncio.run(main())

@@ -1,0 +1,119 @@
+"""Function-level reset of released GPUs, so no tenant finds the last one's memory.
+
+The agent resets its node's devices in phase Cleaning through sysfs and then records
+`spec.lastReset`; the binder ends Cleaning only when lastReset is later than
+`status.releasedAt`. A device whose reset fails is reported Unhealthy and keeps being
+retried while nothing uses it, so it is never handed on dirty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from gpu_binder.agent.discovery import Scan
+from gpu_binder.agent.health import VFIO_DRIVER
+from gpu_binder.agent.pci import PCI_DEVICES, shown
+from gpu_binder.api.meta import utc
+from gpu_binder.api.types import GPUDevice, Phase
+
+# Health messages of a failed reset start with this, so a restarted agent remembers them.
+RESET_FAILED = "function-level reset failed"
+
+
+class ResetError(Exception):
+    """The device could not be reset; the message says why, in words."""
+
+
+class Resetter(Protocol):
+    def reset(self, address: str) -> None:
+        """Reset one PCI function; ResetError when it cannot be done."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsResetter:
+    """Writes 1 to /sys/bus/pci/devices/<address>/reset, the kernel's reset entry point."""
+
+    root: Path
+
+    def reset(self, address: str) -> None:
+        path = self.root / PCI_DEVICES / address / "reset"
+        if not path.exists():
+            raise ResetError("the device offers no reset method (sysfs has no reset file)")
+        try:
+            with open(path, "w") as f:
+                f.write("1")
+        except OSError as e:
+            raise ResetError(f"writing {shown(self.root, path)}: {e.strerror or e}") from None
+
+
+@dataclass(slots=True)
+class ResetOutcome:
+    done: dict[str, datetime] = field(default_factory=dict)
+    # address -> health message of the failure.
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def wants_reset(device: GPUDevice) -> bool:
+    """A Cleaning device not reset since its release, with no VMI on it."""
+    status = device.status
+    if status.phase != Phase.CLEANING or status.attachment is not None:
+        return False
+    last = device.spec.last_reset
+    released = status.released_at
+    return last is None or (released is not None and utc(last) < utc(released))
+
+
+def remembered_failures(devices: Iterable[GPUDevice]) -> dict[str, str]:
+    """Failed resets the API still shows, so an agent restart does not forget them."""
+    out = {}
+    for d in devices:
+        # The failure is the last reason of the message, after any the scan gave.
+        at = d.spec.health_message.find(RESET_FAILED)
+        if at >= 0:
+            out[d.spec.pci_address] = d.spec.health_message[at:]
+    return out
+
+
+def candidates(
+    devices: Iterable[GPUDevice], scan: Scan, failed: Mapping[str, str]
+) -> list[GPUDevice]:
+    """Devices to reset now: wanted ones, and earlier failures that nothing holds.
+
+    Only a GPU that is present and bound to vfio-pci is reset: resetting under a host
+    driver would pull the device from under it, and such a GPU is Unhealthy anyway.
+    """
+    out = []
+    for d in devices:
+        gpu = scan.gpu(d.spec.pci_address)
+        if gpu is None or gpu.function.driver != VFIO_DRIVER:
+            continue
+        idle = d.status.attachment is None and d.status.binding is None
+        if wants_reset(d) or (d.spec.pci_address in failed and idle):
+            out.append(d)
+    return out
+
+
+async def reset_devices(
+    addresses: Iterable[str], resetter: Resetter, clock: Callable[[], datetime]
+) -> ResetOutcome:
+    """Reset each address in a worker thread (the kernel blocks for the reset's duration)."""
+    outcome = ResetOutcome()
+
+    async def one(address: str) -> None:
+        try:
+            await asyncio.to_thread(resetter.reset, address)
+        except ResetError as e:
+            outcome.failed[address] = (
+                f"{RESET_FAILED}: {e}; it stays out of use until a reset succeeds"
+            )
+        else:
+            outcome.done[address] = clock()
+
+    await asyncio.gather(*(one(a) for a in sorted(set(addresses))))
+    return outcome

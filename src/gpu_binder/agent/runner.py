@@ -1,0 +1,195 @@
+"""One agent on one node: scan, reset, sync, serve — on a timer and when woken (SIGHUP)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpu_binder.agent.deviceplugin import DevicePluginManager, SlotDevice
+from gpu_binder.agent.discovery import Scan, scan
+from gpu_binder.agent.models import NVIDIA
+from gpu_binder.agent.pci import SysfsError
+from gpu_binder.agent.reset import (
+    ResetOutcome,
+    Resetter,
+    SysfsResetter,
+    candidates,
+    remembered_failures,
+    reset_devices,
+)
+from gpu_binder.agent.slots import slot_resource
+from gpu_binder.agent.sync import SyncReport, apply, list_node_devices, observe, plan
+from gpu_binder.api.types import GPUClass, GPUDevice, Health
+from gpu_binder.client.errors import ApiError
+from gpu_binder.client.interface import Client
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    node: str
+    root: Path = Path("/")
+    # Seconds between rescans; SIGHUP rescans at once.
+    interval: float = 10.0
+    # PCI vendors to discover; empty: those the classes name, NVIDIA when there are none.
+    vendors: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PassReport:
+    notes: list[str] = field(default_factory=list)
+    resets: ResetOutcome = field(default_factory=ResetOutcome)
+    sync: SyncReport = field(default_factory=SyncReport)
+    served: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        s = self.sync
+        return bool(s.created or s.updated or s.deleted or self.resets.done)
+
+
+def vendors_of(classes: Sequence[GPUClass], configured: Sequence[str]) -> tuple[str, ...]:
+    if configured:
+        return tuple(sorted({v.lower() for v in configured}))
+    return tuple(sorted({c.spec.match.vendor_id for c in classes})) or (NVIDIA,)
+
+
+def slot_devices(
+    devices: Sequence[GPUDevice], present: set[str], classes: Sequence[GPUClass]
+) -> list[SlotDevice]:
+    """The devices served as slot resources: present ones of a `pinning: Device` class.
+
+    The binder's classification (status.className) decides, so a GPU of a `Node` class
+    is never also offered under a slot resource by this plugin.
+    """
+    pinned = {c.metadata.name for c in classes if c.spec.pinning == "Device"}
+    out = []
+    for d in devices:
+        s = d.spec
+        if s.pci_address not in present or s.slot is None or d.status.class_name not in pinned:
+            continue
+        out.append(
+            SlotDevice(
+                resource=slot_resource(s.vendor_id, s.device_id, s.slot),
+                pci_address=s.pci_address,
+                healthy=s.health == Health.HEALTHY,
+                numa_node=s.numa_node,
+                iommu_group=s.iommu_group,
+                message=s.health_message,
+            )
+        )
+    return out
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        client: Client,
+        *,
+        plugins: DevicePluginManager | None = None,
+        resetter: Resetter | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.plugins = plugins
+        self.resetter = resetter or SysfsResetter(config.root)
+        self.clock = clock
+        self.wake = asyncio.Event()
+        self._classes: list[GPUClass] = []
+        self._notes: list[str] = []
+
+    async def run_pass(self) -> PassReport:
+        """One scan-reset-sync-serve pass; SysfsError when sysfs cannot be listed at all."""
+        node, root = self.config.node, self.config.root
+        try:
+            self._classes = (await self.client.list(GPUClass)).items
+        except ApiError as e:
+            log.warning("cannot read GPUClasses (%s); using the last ones seen", e.message)
+        found: Scan = await asyncio.to_thread(
+            scan, root, vendors_of(self._classes, self.config.vendors)
+        )
+        report = PassReport(notes=found.notes())
+        existing = await list_node_devices(self.client, node)
+
+        failures = remembered_failures(existing)
+        todo = candidates(existing, found, failures)
+        report.resets = await reset_devices(
+            [d.spec.pci_address for d in todo], self.resetter, self.clock
+        )
+        for address, message in failures.items():
+            # A failure not retried this pass still stands until a reset succeeds.
+            if address not in report.resets.done:
+                report.resets.failed.setdefault(address, message)
+
+        observed = observe(found, root)
+        p = plan(node, observed, existing, found.unreadable, report.resets)
+        report.sync = await apply(self.client, node, p, existing)
+        if self.plugins is not None:
+            present = {o.pci_address for o in observed}
+            served = slot_devices(report.sync.devices, present, self._classes)
+            await self.plugins.update(served)
+            report.served = sorted(s.resource for s in served)
+        return report
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Pass after pass until stop is set; a failed pass is logged and retried."""
+        watchdog = None
+        if self.plugins is not None:
+            watchdog = asyncio.create_task(self.plugins.watch(stop))
+        try:
+            while not stop.is_set():
+                await self._logged_pass()
+                waits = [asyncio.create_task(e.wait()) for e in (stop, self.wake)]
+                await asyncio.wait(
+                    waits, timeout=self.config.interval, return_when=asyncio.FIRST_COMPLETED
+                )
+                for w in waits:
+                    w.cancel()
+                self.wake.clear()
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watchdog
+            if self.plugins is not None:
+                await self.plugins.close()
+
+    async def _logged_pass(self) -> None:
+        try:
+            report = await self.run_pass()
+        except SysfsError as e:
+            log.error("scan failed, nothing written: %s", e)
+            return
+        except ApiError as e:
+            log.error("sync failed: %s; retrying at the next pass", e.message)
+            return
+        except Exception:
+            # One broken pass (say, an unusable plugin directory) must not end the agent.
+            log.exception("pass failed; retrying at the next pass")
+            return
+        # A skipped function or unreadable file is said once, not at every rescan.
+        for note in report.notes:
+            if note not in self._notes:
+                log.warning("%s", note)
+        self._notes = report.notes
+        s = report.sync
+        if report.changed:
+            log.info(
+                "node %s: created %s, updated %s, deleted %s, reset %s, reset failed %s",
+                self.config.node,
+                s.created,
+                s.updated,
+                s.deleted,
+                sorted(report.resets.done),
+                sorted(report.resets.failed),
+            )
+        for error in s.errors:
+            log.warning("%s", error)

@@ -1,0 +1,104 @@
+"""Object metadata shared by every kind, parsed once from the API's camelCase dicts."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class Model(BaseModel):
+    """Base of every API model: camelCase on the wire, immutable in memory."""
+
+    model_config = ConfigDict(
+        frozen=True, populate_by_name=True, alias_generator=to_camel, extra="ignore"
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase, no empty fields."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class OwnerReference(Model):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(Model):
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    finalizers: tuple[str, ...] = ()
+    owner_references: tuple[OwnerReference, ...] = ()
+
+    def owner(self, kind: str) -> OwnerReference | None:
+        """The controller owner of this kind, or the first owner of it."""
+        owners = [o for o in self.owner_references if o.kind == kind]
+        for o in owners:
+            if o.controller:
+                return o
+        return owners[0] if owners else None
+
+
+class Condition(Model):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = None
+
+
+def set_condition(conditions: tuple[Condition, ...], new: Condition) -> tuple[Condition, ...]:
+    """Replace the condition of new's type, keeping its transition time if its status held."""
+    out: list[Condition] = []
+    placed = False
+    for c in conditions:
+        if c.type != new.type:
+            out.append(c)
+            continue
+        placed = True
+        if c.status == new.status and c.reason == new.reason and c.message == new.message:
+            out.append(c)
+        elif c.status == new.status:
+            out.append(new.model_copy(update={"last_transition_time": c.last_transition_time}))
+        else:
+            out.append(new)
+    if not placed:
+        out.append(new)
+    return tuple(out)
+
+
+def utc(t: datetime) -> datetime:
+    """Times are compared in UTC; a naive time from a test is taken as UTC."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(text: str) -> timedelta:
+    """A Go duration such as `90s`, `1h30m` or `500ms` (the form metav1.Duration uses)."""
+    if not text or _DURATION.sub("", text) != "":
+        raise ValueError(f"invalid duration {text!r}: use Go form such as 30s, 5m, 1h30m")
+    total = 0.0
+    unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    for number, suffix in _DURATION.findall(text):
+        total += float(number) * unit[suffix]
+    return timedelta(seconds=total)
+
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|h|m|s))+$"

@@ -1,0 +1,265 @@
+"""gpu-binder's own kinds (API group gpu.cozystack.io/v1alpha1), DESIGN §1.
+
+These models are the one source of truth: the CRDs in deploy/crds/ are generated from
+them (see crds.py), so a field added here reaches the schema with no second edit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, StringConstraints
+
+from gpu_binder.api.meta import DURATION_PATTERN, Condition, Model, ObjectMeta, parse_duration
+
+GROUP = "gpu.cozystack.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+FINALIZER = f"{GROUP}/device"
+# The VM annotation that asks to move a stopped VM's set to a node.
+NODE_ANNOTATION = f"{GROUP}/node"
+# The VMI annotation the webhook adds: the devices it was admitted with.
+DEVICES_ANNOTATION = f"{GROUP}/devices"
+
+PCI_ADDRESS_PATTERN = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
+HEX_ID_PATTERN = r"^0x[0-9a-f]{4}$"
+# Kubernetes object names are DNS subdomains; the bound also caps the cost of CEL rules.
+NAME_MAX = 253
+UID_MAX = 128
+
+HexID = Annotated[str, StringConstraints(pattern=HEX_ID_PATTERN, max_length=6)]
+
+
+class Phase(StrEnum):
+    AVAILABLE = "Available"
+    BOUND = "Bound"
+    ATTACHED = "Attached"
+    LOST = "Lost"
+    CLEANING = "Cleaning"
+    RELEASING = "Releasing"
+
+
+class BindReason(StrEnum):
+    ORDER = "Order"
+    REQUEST = "Request"
+    MOVE = "Move"
+    REBIND = "Rebind"
+    ADOPTED = "Adopted"
+
+
+class Health(StrEnum):
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+# --- GPUClass -------------------------------------------------------------------------
+
+
+class DeviceMatch(Model):
+    vendor_id: str = Field("0x10de", alias="vendorID", pattern=HEX_ID_PATTERN)
+    # Bounded so the CRD's uniqueness rule (quadratic in CEL) has a small, known cost.
+    device_ids: tuple[HexID, ...] = Field((), alias="deviceIDs", max_length=64)
+    node_selector: dict[str, str] = {}
+
+
+class PlacementSpec(Model):
+    policy: Literal["Pack", "Spread"] = "Pack"
+    topology: Literal["Node", "NUMA", "NVLink"] = "Node"
+
+
+class ReservationSpec(Model):
+    # Empty: a stopped VM keeps its GPUs for as long as it exists.
+    release_after_stopped: str | None = Field(None, pattern=DURATION_PATTERN)
+
+
+class GPUClassSpec(Model):
+    resource_name: str = Field(min_length=1)
+    match: DeviceMatch = DeviceMatch()
+    placement: PlacementSpec = PlacementSpec()
+    reservation: ReservationSpec = ReservationSpec()
+    cleaning: Literal["Reset", "None"] = "Reset"
+    pinning: Literal["Device", "Node"] = "Device"
+
+    @property
+    def release_after(self) -> timedelta | None:
+        raw = self.reservation.release_after_stopped
+        return parse_duration(raw) if raw else None
+
+
+class GPUClassStatus(Model):
+    devices: int = 0
+    available: int = 0
+    bound: int = 0
+    attached: int = 0
+    lost: int = 0
+    cleaning: int = 0
+    largest_free_set: int = 0
+    conditions: tuple[Condition, ...] = ()
+    observed_generation: int = 0
+
+
+class GPUClass(Model):
+    KIND: ClassVar[str] = "GPUClass"
+    PLURAL: ClassVar[str] = "gpuclasses"
+    NAMESPACED: ClassVar[bool] = False
+
+    api_version: str = API_VERSION
+    kind: str = "GPUClass"
+    metadata: ObjectMeta
+    spec: GPUClassSpec
+    status: GPUClassStatus = GPUClassStatus()
+
+
+# --- GPUDevice ------------------------------------------------------------------------
+
+
+class GPUDeviceSpec(Model):
+    node_name: str = Field(min_length=1, max_length=NAME_MAX)
+    pci_address: str = Field(pattern=PCI_ADDRESS_PATTERN, max_length=12)
+    slot: int | None = Field(None, ge=0)
+    vendor_id: str = Field("0x10de", alias="vendorID", pattern=HEX_ID_PATTERN)
+    device_id: str = Field(alias="deviceID", pattern=HEX_ID_PATTERN)
+    model: str = ""
+    numa_node: int | None = None
+    iommu_group: int | None = None
+    nvlink_domain: str | None = None
+    driver: str = ""
+    health: Health = Health.HEALTHY
+    health_message: str = ""
+    last_reset: datetime | None = None
+    unschedulable: bool = False
+
+
+class ObjectRef(Model):
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Binding(Model):
+    vm: ObjectRef
+    bound_at: datetime
+    reason: BindReason
+
+
+class Attachment(Model):
+    vmi: ObjectRef
+    since: datetime
+
+
+class GPUDeviceStatus(Model):
+    class_name: str = ""
+    phase: Phase | None = None
+    binding: Binding | None = None
+    attachment: Attachment | None = None
+    # When the device's last attachment ended: a stopped VM's reservation runs from here.
+    detached_at: datetime | None = None
+    lost_since: datetime | None = None
+    lost_reason: str = ""
+    released_at: datetime | None = None
+    conditions: tuple[Condition, ...] = ()
+
+
+class GPUDevice(Model):
+    KIND: ClassVar[str] = "GPUDevice"
+    PLURAL: ClassVar[str] = "gpudevices"
+    NAMESPACED: ClassVar[bool] = False
+
+    api_version: str = API_VERSION
+    kind: str = "GPUDevice"
+    metadata: ObjectMeta
+    spec: GPUDeviceSpec
+    status: GPUDeviceStatus = GPUDeviceStatus()
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+def device_name(node: str, pci_address: str) -> str:
+    """`<node>-<pci address with : and . as ->`, e.g. node-a-0000-3b-00-0."""
+    return f"{node}-{pci_address.replace(':', '-').replace('.', '-')}"
+
+
+# --- GPUBindRequest -------------------------------------------------------------------
+
+
+class VMRef(Model):
+    name: str = Field(min_length=1, max_length=NAME_MAX)
+    uid: str = Field("", max_length=UID_MAX)
+
+
+class NameRef(Model):
+    name: str = Field(min_length=1)
+
+
+class ClassCount(Model):
+    class_name: str = Field(min_length=1, max_length=NAME_MAX)
+    count: int = Field(ge=1)
+
+
+class GPUBindRequestSpec(Model):
+    vm: VMRef
+    vmi: NameRef
+    requests: tuple[ClassCount, ...] = Field(min_length=1, max_length=32)
+
+
+class RequestPhase(StrEnum):
+    PENDING = "Pending"
+    BOUND = "Bound"
+    FAILED = "Failed"
+
+
+class GPUBindRequestStatus(Model):
+    phase: RequestPhase = RequestPhase.PENDING
+    node_name: str = ""
+    devices: tuple[str, ...] = ()
+    message: str = ""
+    answered_at: datetime | None = None
+
+
+class GPUBindRequest(Model):
+    KIND: ClassVar[str] = "GPUBindRequest"
+    PLURAL: ClassVar[str] = "gpubindrequests"
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str = API_VERSION
+    kind: str = "GPUBindRequest"
+    metadata: ObjectMeta
+    spec: GPUBindRequestSpec
+    status: GPUBindRequestStatus = GPUBindRequestStatus()
+
+
+# --- GPUUsageRecord -------------------------------------------------------------------
+
+
+class GPUUsageRecordSpec(Model):
+    vm: str = Field(min_length=1, max_length=NAME_MAX)
+    vmi: VMRef
+    device: str = Field(min_length=1, max_length=NAME_MAX)
+    class_name: str = Field("", max_length=NAME_MAX)
+    node_name: str = Field("", max_length=NAME_MAX)
+    start: datetime
+    end: datetime | None = None
+
+
+class GPUUsageRecord(Model):
+    KIND: ClassVar[str] = "GPUUsageRecord"
+    PLURAL: ClassVar[str] = "gpuusagerecords"
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str = API_VERSION
+    kind: str = "GPUUsageRecord"
+    metadata: ObjectMeta
+    spec: GPUUsageRecordSpec
+
+
+def usage_record_name(vmi_uid: str, device: str) -> str:
+    """Derived from the VMI uid and device, so opening a record twice is one record."""
+    return f"{vmi_uid[:36]}-{device}"[:253]

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures: the binder's pass, and (with a control plane) the webhook."""

@@ -1,0 +1,24 @@
+"""The binder's settings (DESIGN §3 "Config"): flags, environment, or a ConfigMap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    # Off: only finalizers, usage records and the release of deleted devices run.
+    enabled: bool = True
+    # How long an unmanaged VMI may run before its GPUs are adopted; a bind request may
+    # still be in flight for it.
+    attachment_grace: timedelta = timedelta(seconds=30)
+    lost_grace: timedelta = timedelta(minutes=5)
+    degraded_grace: timedelta = timedelta(minutes=2)
+    bind_timeout: timedelta = timedelta(seconds=5)
+    # Bounds how late a grace period is noticed when no event arrives.
+    resync: timedelta = timedelta(seconds=30)
+    conflict_retry: timedelta = timedelta(milliseconds=100)
+    excluded_namespaces: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease")
+    kubevirt_namespace: str = "kubevirt"
+    kubevirt_name: str = "kubevirt"

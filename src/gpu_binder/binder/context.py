@@ -1,0 +1,65 @@
+"""What a pass works with: the world, the clock, the config, memory across passes, the plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpu_binder.binder.config import Config
+from gpu_binder.binder.plan import Note, Plan
+from gpu_binder.binder.world import World
+
+
+@dataclass
+class Memory:
+    """What the binder remembers between passes, in memory, like the reference's maps."""
+
+    # When an attachment without a complete set was first seen, to adopt after the grace.
+    unmanaged_since: dict[str, datetime] = field(default_factory=dict)
+    # When a node first served fewer units than it holds healthy devices.
+    degraded_since: dict[str, datetime] = field(default_factory=dict)
+    degraded: set[str] = field(default_factory=set)
+    # When a device was first seen Unhealthy, and a node first seen gone.
+    unhealthy_since: dict[str, datetime] = field(default_factory=dict)
+    node_gone_since: dict[str, datetime] = field(default_factory=dict)
+    # The last refusal said about an object, so a resync does not repeat it as an Event.
+    said: dict[str, str] = field(default_factory=dict)
+    # Orders whose last placement attempt failed, and the world generation it failed in.
+    unplaceable: dict[str, int] = field(default_factory=dict)
+    # Per step, what a key looked like when the step last found nothing to do for it: an
+    # unchanged key is skipped, which keeps a pass over an unchanged world cheap.
+    clean: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    world: World
+    config: Config
+    now: datetime
+    memory: Memory
+    plan: Plan
+
+    def say(self, key: str, note: Note) -> None:
+        """A refusal or warning, recorded as an Event only when it changed."""
+        if self.memory.said.get(key) == note.message:
+            return
+        self.memory.said[key] = note.message
+        self.plan.note(note)
+
+    def is_clean(self, step: str, key: str, signature: object) -> bool:
+        return self.memory.clean.get(step, {}).get(key) == signature
+
+    def mark(self) -> int:
+        """How many writes and notes the plan holds: compare after deciding about a key."""
+        return len(self.plan.writes) + len(self.plan.notes)
+
+    def settle(self, step: str, key: str, signature: object, mark: int) -> None:
+        """Remember key as clean for step when deciding about it wrote nothing."""
+        clean = self.memory.clean.setdefault(step, {})
+        if self.mark() == mark:
+            clean[key] = signature
+        else:
+            clean.pop(key, None)
+
+    def unsay(self, key: str) -> None:
+        self.memory.said.pop(key, None)

@@ -1,0 +1,66 @@
+"""Recording decisions as events.k8s.io/v1 Events on the VM or device they concern."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+from typing import Protocol
+
+from gpu_binder.api.kinds import Event
+from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.binder.plan import Note
+from gpu_binder.client.interface import Client
+
+API_VERSIONS = {
+    "VirtualMachine": "kubevirt.io/v1",
+    "VirtualMachineInstance": "kubevirt.io/v1",
+    "GPUDevice": "gpu.cozystack.io/v1alpha1",
+    "GPUBindRequest": "gpu.cozystack.io/v1alpha1",
+    "GPUClass": "gpu.cozystack.io/v1alpha1",
+}
+
+
+class Recorder(Protocol):
+    async def record(self, note: Note, now: datetime) -> None: ...
+
+
+class ClientRecorder:
+    """Writes each note as an Event through the client; cluster-scoped ones go to `default`."""
+
+    def __init__(self, client: Client, instance: str = "gpu-binder") -> None:
+        self.client = client
+        self.instance = instance
+        self._seq = itertools.count(1)
+        self.recorded: list[Note] = []
+
+    async def record(self, note: Note, now: datetime) -> None:
+        self.recorded.append(note)
+        namespace = note.namespace or "default"
+        name = f"{note.name}.{int(now.timestamp() * 1e6):x}{next(self._seq):x}"
+        event = Event(
+            metadata=ObjectMeta(name=name[:253], namespace=namespace),
+            regarding={
+                "apiVersion": API_VERSIONS.get(note.kind, "v1"),
+                "kind": note.kind,
+                "namespace": note.namespace,
+                "name": note.name,
+                "uid": note.uid,
+            },
+            reason=note.reason,
+            note=note.message[:1024],
+            type=note.type,
+            action="Bind",
+            event_time=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            reporting_instance=self.instance,
+        )
+        await self.client.create(event)
+
+
+class MemoryRecorder:
+    """Keeps notes in a list: for benchmarks and tests that look only at decisions."""
+
+    def __init__(self) -> None:
+        self.recorded: list[Note] = []
+
+    async def record(self, note: Note, now: datetime) -> None:
+        self.recorded.append(note)

@@ -1,0 +1,53 @@
+"""The binder's metrics, on a registry of its own so several binders can share a process."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpu_binder.api.types import Phase
+from gpu_binder.binder.world import World
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.devices = Gauge(
+            "gpu_binder_devices",
+            "GPUDevices by class and phase",
+            ["class_name", "phase"],
+            registry=r,
+        )
+        self.largest_free = Gauge(
+            "gpu_binder_largest_free_set",
+            "Largest order that can be bound now",
+            ["class_name"],
+            registry=r,
+        )
+        self.passes = Counter("gpu_binder_passes", "Passes run", ["key", "outcome"], registry=r)
+        self.pass_seconds = Histogram(
+            "gpu_binder_pass_seconds",
+            "Duration of a pass",
+            ["key"],
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 1, 5),
+        )
+        self.writes = Counter("gpu_binder_writes", "Writes made", ["verb"], registry=r)
+        self.conflicts = Counter("gpu_binder_conflicts", "Writes refused with 409", registry=r)
+        self.unmanaged = Gauge(
+            "gpu_binder_unmanaged_attachments", "Live VMIs using GPUs not bound to them", registry=r
+        )
+        self.unplaceable = Gauge(
+            "gpu_binder_unplaceable_orders", "Orders that no node can take now", registry=r
+        )
+
+    def export(
+        self, world: World, largest: dict[str, int], unmanaged: int, unplaceable: int
+    ) -> None:
+        for class_name, by_phase in world.devices.counts.items():
+            for phase in Phase:
+                self.devices.labels(class_name or "-", phase.value).set(by_phase.get(phase, 0))
+        for class_name, n in largest.items():
+            self.largest_free.labels(class_name).set(n)
+        self.unmanaged.set(unmanaged)
+        self.unplaceable.set(unplaceable)

@@ -1,0 +1,88 @@
+"""The writes a step decided, staged in the world so later decisions see them.
+
+A step is pure of I/O: it reads the world and stages writes here. The reconciler then
+makes them; a write that fails un-stages itself and the writes after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from gpu_binder.api.types import GPUDevice
+from gpu_binder.binder.world import World
+
+Verb = Literal["update", "status", "create", "apply", "node_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """An Event to record: a decision and its reason, in words, on an object."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Normal"
+
+
+@dataclass(slots=True)
+class Write:
+    verb: Verb
+    obj: Any
+    # For device writes: what the world held before this write was staged.
+    before: GPUDevice | None = None
+    notes: list[Note] = field(default_factory=list)
+    placement: bool = False
+
+
+class Plan:
+    """Writes of one step in the order they were decided, one per object."""
+
+    def __init__(self, world: World, now: datetime) -> None:
+        self.world = world
+        self.now = now
+        self.writes: dict[tuple[str, str], Write] = {}
+        self.notes: list[Note] = []
+
+    def __len__(self) -> int:
+        return len(self.writes)
+
+    def device_status(
+        self, new: GPUDevice, note: Note | None = None, placement: bool = False
+    ) -> None:
+        self._device("status", new, note, placement)
+
+    def device_update(self, new: GPUDevice) -> None:
+        self._device("update", new, None, False)
+
+    def _device(self, verb: Verb, new: GPUDevice, note: Note | None, placement: bool) -> None:
+        key = ("GPUDevice", new.metadata.name)
+        current = self.world.devices.get(new.metadata.name)
+        w = self.writes.get(key)
+        if w is None:
+            w = self.writes[key] = Write(verb, new, before=current)
+        elif w.verb != verb:
+            raise AssertionError(f"{verb} and {w.verb} of one device in one step")
+        w.obj = new
+        w.placement = w.placement or placement
+        if note is not None:
+            w.notes.append(note)
+        self.world.put_device(new)
+
+    def write(self, verb: Verb, obj: Any, note: Note | None = None) -> None:
+        """A write of another kind: a request's answer, a record, a class status."""
+        meta = obj.metadata if hasattr(obj, "metadata") else None
+        name = f"{meta.namespace}/{meta.name}" if meta is not None else str(id(obj))
+        key = (type(obj).__name__, name)
+        w = self.writes.setdefault(key, Write(verb, obj))
+        w.obj = obj
+        if note is not None:
+            w.notes.append(note)
+
+    def note(self, note: Note) -> None:
+        """An Event with no write: a refusal, or a decision not to act."""
+        self.notes.append(note)

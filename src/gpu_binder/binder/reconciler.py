@@ -1,0 +1,217 @@
+"""The reconciler: runs a pass for the pass key or the requests key and makes its writes.
+
+The pass order, the two keys, the 409 abort with a fixed 100 ms requeue and the skip of
+derived state after an aborted placement follow the reference reconciler (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpu_binder.api.kinds import KubeVirt
+from gpu_binder.api.kubevirt import Node
+from gpu_binder.api.meta import Condition
+from gpu_binder.api.types import FINALIZER, GPUDevice
+from gpu_binder.binder.config import Config
+from gpu_binder.binder.context import Context, Memory
+from gpu_binder.binder.events import MemoryRecorder, Recorder
+from gpu_binder.binder.metrics import Metrics
+from gpu_binder.binder.plan import Plan, Write
+from gpu_binder.binder.steps import (
+    attachments,
+    devices,
+    moves,
+    orders,
+    records,
+    release,
+    requests,
+    sets,
+    settings,
+    status,
+)
+from gpu_binder.binder.world import World
+from gpu_binder.client.errors import AlreadyExists, ApiError, Conflict, NotFound
+from gpu_binder.client.interface import Client, WatchEvent
+
+PASS_KEY = "gpu-binder"
+REQUESTS_KEY = "gpu-binder-requests"
+
+Step = Callable[[Context], None]
+
+
+class NotLeader(Exception):
+    """The lease was not renewed in time: the reconciler stops writing at once."""
+
+
+@dataclass
+class Result:
+    requeue_after: timedelta | None = None
+    writes: int = 0
+    aborted: bool = False
+    conflicts: int = 0
+    errors: list[ApiError] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        client: Client,
+        world: World,
+        config: Config | None = None,
+        clock: Callable[[], datetime] | None = None,
+        recorder: Recorder | None = None,
+        metrics: Metrics | None = None,
+        is_leader: Callable[[], bool] | None = None,
+    ) -> None:
+        from datetime import UTC
+
+        self.client = client
+        self.world = world
+        self.config = config or Config()
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.recorder: Recorder = recorder or MemoryRecorder()
+        self.metrics = metrics or Metrics()
+        self.memory = Memory()
+        self.is_leader = is_leader or (lambda: True)
+
+    async def reconcile(self, key: str) -> Result:
+        """One pass; raises the first non-conflict error so the queue backs off."""
+        now = self.clock()
+        result = Result()
+        if key == REQUESTS_KEY:
+            if self.config.enabled:
+                await self._run(requests.bind_requests, now, result)
+        else:
+            await self._full_pass(now, result)
+        outcome = "error" if result.errors else "conflict" if result.aborted else "ok"
+        self.metrics.passes.labels(key, outcome).inc()
+        if result.errors:
+            raise result.errors[0]
+        if result.aborted:
+            # A webhook wrote a device between our read and our write; the next pass sees
+            # it. A fixed delay, unlike an error, does not grow a backoff on the one key
+            # every GPU decision shares.
+            result.requeue_after = self.config.conflict_retry
+        elif key == PASS_KEY and (self.config.enabled or self._awaiting_release()):
+            # Grace periods expire without an event, and with the binder disabled nothing
+            # watches the VMI a deleted device waits for.
+            result.requeue_after = self.config.resync
+        return result
+
+    def _awaiting_release(self) -> bool:
+        devices = self.world.devices
+        return any(FINALIZER in devices.by_name[n].metadata.finalizers for n in devices.deleted)
+
+    async def _full_pass(self, now: datetime, result: Result) -> None:
+        enabled = self.config.enabled
+        await self._run(devices.finalizers, now, result)
+        if enabled:
+            await self._run(devices.classify, now, result)
+            # Attachments first: a VMI that ended detaches a Lost device, which changes
+            # the set the device belongs to.
+            await self._run(attachments.attachments, now, result)
+            await self._run(sets.sets, now, result)
+        if enabled and not result.aborted:
+            for step in (requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders):
+                await self._run(step, now, result)
+                if result.aborted:
+                    break
+        # Releasing a deleted device depends on its attachment, never on a placement, so
+        # it runs even when a placement write failed.
+        await self._run(release.release_deleted, now, result)
+        if result.aborted:
+            # Statuses in memory may hold a placement that was never written; records
+            # follow the next pass's fresh read.
+            return
+        await self._run(records.usage_records, now, result)
+        if enabled:
+            await self._run(status.class_status, now, result)
+            await self._run(status.node_status, now, result)
+            await self._run(settings.settings, now, result)
+            self._export()
+
+    def _export(self) -> None:
+        ctx = self._context(self.clock())
+        largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
+        unmanaged = len(self.memory.unmanaged_since)
+        self.metrics.export(self.world, largest, unmanaged, len(self.memory.unplaceable))
+
+    def _context(self, now: datetime) -> Context:
+        return Context(self.world, self.config, now, self.memory, Plan(self.world, now))
+
+    async def _run(self, step: Step, now: datetime, result: Result) -> None:
+        ctx = self._context(now)
+        step(ctx)
+        await self._execute(ctx.plan, now, result)
+
+    async def _execute(self, plan: Plan, now: datetime, result: Result) -> None:
+        items = list(plan.writes.values())
+        for i, w in enumerate(items):
+            if not self.is_leader():
+                self._revert(items[i:])
+                raise NotLeader("lease lost: no more writes")
+            try:
+                written = await self._write(w)
+            except (Conflict, NotFound):
+                self.metrics.conflicts.inc()
+                result.conflicts += 1
+                result.aborted = True
+                self._revert(items[i:])
+                return
+            except ApiError as e:
+                result.errors.append(e)
+                result.aborted = True
+                self._revert(items[i:])
+                return
+            result.writes += 1
+            self.metrics.writes.labels(w.verb).inc()
+            if written is not None:
+                # Write-through: the response enters the cache before the next decision.
+                self.world.apply(WatchEvent("MODIFIED", written))
+            for note in w.notes:
+                await self.recorder.record(note, now)
+        for note in plan.notes:
+            await self.recorder.record(note, now)
+
+    def _revert(self, unwritten: list[Write]) -> None:
+        for w in reversed(unwritten):
+            if not isinstance(w.obj, GPUDevice):
+                continue
+            name = w.obj.metadata.name
+            if self.world.devices.get(name) is not w.obj:
+                continue  # an event replaced the staged decision already
+            if w.before is None:
+                self.world.devices.remove(name)
+            else:
+                self.world.put_device(w.before)
+
+    async def _write(self, w: Write) -> Any:
+        c = self.client
+        if w.verb == "status":
+            return await c.update_status(w.obj)
+        if w.verb == "update":
+            return await c.update(w.obj)
+        if w.verb == "create":
+            try:
+                return await c.create(w.obj)
+            except AlreadyExists:
+                meta = w.obj.metadata
+                return await c.get(type(w.obj), meta.name, meta.namespace)
+        if w.verb == "apply":
+            return await c.apply(KubeVirt, w.obj.body)
+        if w.verb == "node_status":
+            node_name, cond = w.obj
+            return await self._node_condition(node_name, cond)
+        raise AssertionError(f"unknown verb {w.verb}")
+
+    async def _node_condition(self, node_name: str, cond: Condition) -> Node:
+        node = await self.client.get(Node, node_name)
+        raw = node.to_dict()
+        st = raw.setdefault("status", {})
+        conds = [c for c in st.get("conditions") or [] if c.get("type") != cond.type]
+        conds.append(cond.to_dict())
+        st["conditions"] = conds
+        return await self.client.update_status(Node.from_dict(raw))

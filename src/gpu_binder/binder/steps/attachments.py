@@ -1,0 +1,126 @@
+"""Attachments: which bound devices a live VMI uses; adoption of unmanaged VMIs."""
+
+from __future__ import annotations
+
+from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.types import (
+    DEVICES_ANNOTATION,
+    Attachment,
+    BindReason,
+    GPUDevice,
+    ObjectRef,
+    Phase,
+)
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.world import vm_key_of_vmi
+
+
+def attachments(ctx: Context) -> None:
+    _detach_ended(ctx)
+    for vmi in sorted(ctx.world.vmis.values(), key=lambda v: v.key):
+        if vmi.live and vmi.node_name:
+            _attach(ctx, vmi)
+
+
+def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
+    """The devices the webhook admitted the VMI with, or None when it did not say."""
+    raw = vmi.metadata.annotations.get(DEVICES_ANNOTATION)
+    return {n for n in raw.split(",") if n} if raw else None
+
+
+def _detach_ended(ctx: Context) -> None:
+    world = ctx.world
+    for name in sorted(world.devices.attached):
+        d = world.devices.by_name[name]
+        att = d.status.attachment
+        assert att is not None
+        vmi = world.vmis.get(att.vmi.key)
+        if vmi is not None and vmi.live and vmi.metadata.uid == att.vmi.uid:
+            continue
+        ended = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
+        phase = d.status.phase
+        if phase == Phase.ATTACHED:
+            phase = Phase.BOUND if d.status.binding is not None else Phase.CLEANING
+        status = d.status.model_copy(
+            update={"attachment": None, "phase": phase, "detached_at": ended}
+        )
+        ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
+
+
+def _attach(ctx: Context, vmi: VirtualMachineInstance) -> None:
+    world = ctx.world
+    key = vm_key_of_vmi(vmi)
+    order = world.order_of(key)
+    if not order:
+        return
+    admitted = vmi_devices(vmi)
+    mine = [
+        d
+        for d in world.devices.set_of(key)
+        if d.spec.node_name == vmi.node_name and (admitted is None or d.metadata.name in admitted)
+    ]
+    ref = ObjectRef(namespace=vmi.metadata.namespace, name=vmi.metadata.name, uid=vmi.metadata.uid)
+    for d in mine:
+        att = d.status.attachment
+        if att is not None and att.vmi.uid == ref.uid:
+            continue
+        phase = d.status.phase if d.status.phase == Phase.LOST else Phase.ATTACHED
+        status = d.status.model_copy(
+            update={"attachment": Attachment(vmi=ref, since=ctx.now), "phase": phase}
+        )
+        ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
+    have: dict[str, int] = {}
+    for d in mine:
+        have[d.status.class_name] = have.get(d.status.class_name, 0) + 1
+    missing = {c: n - have.get(c, 0) for c, n in order.items() if n > have.get(c, 0)}
+    seen_key = f"{vmi.key}/{vmi.metadata.uid}"
+    if not missing:
+        ctx.memory.unmanaged_since.pop(seen_key, None)
+        return
+    first = ctx.memory.unmanaged_since.setdefault(seen_key, ctx.now)
+    if ctx.now - first < ctx.config.attachment_grace:
+        return  # a bind request may still be in flight for it
+    _adopt(ctx, vmi, key, missing, ref)
+
+
+def _adopt(
+    ctx: Context,
+    vmi: VirtualMachineInstance,
+    key: str,
+    missing: dict[str, int],
+    ref: ObjectRef,
+) -> None:
+    """Bind free devices on the VMI's node to its VM; never touch the VMI itself."""
+    devices = ctx.world.devices
+    chosen: list[GPUDevice] = []
+    for class_name, count in missing.items():
+        free = sorted(devices.free_on(class_name, vmi.node_name))
+        if len(free) < count:
+            ctx.say(
+                f"adopt/{vmi.key}",
+                ops.vm_note(
+                    ctx,
+                    key,
+                    "GPUUnmanaged",
+                    f"VMI {vmi.metadata.name} runs on {vmi.node_name} with {count} × "
+                    f"{class_name} not bound to it, and the node has only {len(free)} free",
+                    warning=True,
+                ),
+            )
+            return
+        chosen.extend(devices.by_name[n] for n in free[:count])
+    for d in chosen:
+        new = ops.bind(
+            ctx,
+            d,
+            key,
+            BindReason.ADOPTED,
+            f"VMI {vmi.metadata.name} was already running on {vmi.node_name}",
+        )
+        status = new.status.model_copy(
+            update={"attachment": Attachment(vmi=ref, since=ctx.now), "phase": Phase.ATTACHED}
+        )
+        ctx.plan.device_status(new.model_copy(update={"status": status}), placement=True)
+    ctx.unsay(f"adopt/{vmi.key}")
+    ctx.memory.unmanaged_since.pop(f"{vmi.key}/{vmi.metadata.uid}", None)

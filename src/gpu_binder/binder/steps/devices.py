@@ -1,0 +1,82 @@
+"""Finalizers, and each device's class and readiness: the state placement starts from."""
+
+from __future__ import annotations
+
+from gpu_binder.api.meta import Condition
+from gpu_binder.api.types import FINALIZER, GPUClass, GPUDevice, Phase
+from gpu_binder.binder.context import Context
+
+
+def finalizers(ctx: Context) -> None:
+    """Every device carries the finalizer, so a deleted device stays until nothing runs on it."""
+    devices = ctx.world.devices
+    for name in sorted(devices.missing_finalizer - devices.deleted):
+        d = devices.by_name[name]
+        meta = d.metadata.model_copy(update={"finalizers": (*d.metadata.finalizers, FINALIZER)})
+        ctx.plan.device_update(d.model_copy(update={"metadata": meta}))
+
+
+def matching_classes(ctx: Context, d: GPUDevice) -> list[GPUClass]:
+    node = ctx.world.nodes.get(d.spec.node_name)
+    labels = node.metadata.labels if node is not None else {}
+    out = []
+    for cls in ctx.world.classes.values():
+        m = cls.spec.match
+        if m.vendor_id != d.spec.vendor_id:
+            continue
+        if m.device_ids and d.spec.device_id not in m.device_ids:
+            continue
+        if any(labels.get(k) != v for k, v in m.node_selector.items()):
+            continue
+        out.append(cls)
+    return out
+
+
+def classify(ctx: Context) -> None:
+    """A device's class follows its spec; a new device starts Available, a reset one too."""
+    world = ctx.world
+    devices = world.devices
+    for name in sorted(world.dirty | devices.unclassified):
+        d = devices.get(name)
+        if d is None:
+            continue
+        classes = matching_classes(ctx, d)
+        class_name = classes[0].metadata.name if len(classes) == 1 else ""
+        phase = d.status.phase or Phase.AVAILABLE
+        conditions = d.status.conditions
+        if len(classes) > 1:
+            names = ", ".join(sorted(c.metadata.name for c in classes))
+            conditions = _condition(ctx, d, "Ambiguous", f"matches classes {names}")
+        if d.status.binding is not None and d.status.class_name:
+            class_name = d.status.class_name  # a bound device keeps the class it was bound as
+        if (
+            class_name != d.status.class_name
+            or phase != d.status.phase
+            or conditions != (d.status.conditions)
+        ):
+            status = d.status.model_copy(
+                update={"class_name": class_name, "phase": phase, "conditions": conditions}
+            )
+            ctx.plan.device_status(d.model_copy(update={"status": status}))
+    world.dirty.clear()
+    for name in sorted(devices.cleaning):
+        d = devices.by_name[name]
+        reset, released = d.spec.last_reset, d.status.released_at
+        if reset is not None and (released is None or reset >= released):
+            status = d.status.model_copy(update={"phase": Phase.AVAILABLE})
+            ctx.plan.device_status(d.model_copy(update={"status": status}))
+
+
+def _condition(ctx: Context, d: GPUDevice, reason: str, message: str) -> tuple[Condition, ...]:
+    from gpu_binder.api.meta import set_condition
+
+    return set_condition(
+        d.status.conditions,
+        Condition(
+            type="Classified",
+            status="False",
+            reason=reason,
+            message=message,
+            last_transition_time=ctx.now,
+        ),
+    )

@@ -1,0 +1,136 @@
+"""Moves and Lost rebinds: sets that must leave their node, while no VMI runs on them."""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.steps.sets import set_node
+
+
+def held(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:
+    """A set with a live VMI, scheduled or not, stays where it is."""
+    return bool(ctx.world.live_vmis(key)) or any(d.status.attachment for d in devs)
+
+
+def move_reason(ctx: Context, key: str, node: str, devs: list[GPUDevice]) -> str:
+    world = ctx.world
+    vm = world.vms.get(key)
+    wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
+    if wanted and wanted != node:
+        return f"the VM asks for node {wanted}"
+    n = world.nodes.get(node)
+    if n is None:
+        return f"node {node} is gone"
+    if n.unschedulable:
+        return f"node {node} is cordoned"
+    if not n.ready:
+        return f"node {node} is not Ready"
+    if node in ctx.memory.degraded:
+        return f"node {node} is degraded"
+    for d in devs:
+        if d.spec.unschedulable:
+            return f"device {d.metadata.name} is marked unschedulable"
+    return ""
+
+
+def moves(ctx: Context) -> None:
+    world = ctx.world
+    clean = ctx.memory.clean.setdefault("moves", {})
+    for key in sorted(world.devices.by_vm):
+        cached = clean.get(key)
+        if isinstance(cached, tuple) and _still(ctx, key, cached):
+            continue
+        devs = world.devices.set_of(key)
+        if not devs or held(ctx, key, devs):
+            continue
+        node = set_node(devs)
+        why = move_reason(ctx, key, node, devs)
+        if not why:
+            ctx.unsay(f"move/{key}")
+            clean[key] = _signature(ctx, key, node)
+            continue
+        order = world.order_of(key)
+        vm = world.vms.get(key)
+        wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
+        only = wanted if wanted and wanted != node else None
+        placed = ops.place(ctx, order, only=only, exclude=node)
+        if placed is None:
+            target = f" to {only}" if only else ""
+            ctx.say(
+                f"move/{key}",
+                ops.vm_note(
+                    ctx,
+                    key,
+                    "GPUMoveBlocked",
+                    f"{why}, but the set cannot move{target}: {ops.shortfall(ctx, order)}",
+                    warning=True,
+                ),
+            )
+            continue
+        ctx.unsay(f"move/{key}")
+        for d in placed.devices:
+            ops.bind(ctx, d, key, BindReason.MOVE, f"{why}; moved from {node}")
+        for d in devs:
+            ops.release(ctx, d, f"{why}; the set moved to {placed.node}")
+
+
+def _signature(ctx: Context, key: str, node: str) -> tuple[object, ...]:
+    gens = ctx.world.devices
+    return (gens.key_gen.get(key), node, gens.node_gen.get(node), node in ctx.memory.degraded)
+
+
+def _still(ctx: Context, key: str, cached: tuple[object, ...]) -> bool:
+    """Nothing about the set or its node changed since it last had no reason to move."""
+    node = cached[1]
+    return isinstance(node, str) and cached == _signature(ctx, key, node)
+
+
+def rebind_lost(ctx: Context) -> None:
+    world = ctx.world
+    keys = sorted(
+        {b.vm.key for n in world.devices.lost if (b := world.devices.by_name[n].status.binding)}
+    )
+    for key in keys:
+        devs = world.devices.set_of(key)
+        if held(ctx, key, devs):
+            continue  # a running tenant keeps its Lost GPU until its VMI ends
+        lost = [d for d in devs if d.status.phase == Phase.LOST]
+        healthy = [d for d in devs if d.status.phase != Phase.LOST]
+        node = set_node(healthy) if healthy else set_node(devs)
+        need: dict[str, int] = {}
+        for d in lost:
+            need[d.status.class_name] = need.get(d.status.class_name, 0) + 1
+        placed = ops.place(ctx, need, only=node) if healthy else None
+        if placed is not None:
+            for d in placed.devices:
+                ops.bind(ctx, d, key, BindReason.REBIND, f"replaces a Lost device on {node}")
+            for d in lost:
+                ops.release(ctx, d, f"it is Lost ({d.status.lost_reason}); replaced on {node}")
+            continue
+        order = world.order_of(key)
+        whole = ops.place(ctx, order, exclude=node) if order else None
+        if whole is not None:
+            for d in whole.devices:
+                ops.bind(
+                    ctx,
+                    d,
+                    key,
+                    BindReason.REBIND,
+                    f"a device on {node} is Lost; the set moved whole",
+                )
+            for d in devs:
+                ops.release(ctx, d, f"the set moved to {whole.node} after a device was Lost")
+            continue
+        for d in lost:
+            ops.release(ctx, d, f"it is Lost ({d.status.lost_reason}) and no node can replace it")
+        ctx.say(
+            f"rebind/{key}",
+            ops.vm_note(
+                ctx,
+                key,
+                "GPURebindBlocked",
+                f"a Lost device left the set and nothing fits: {ops.shortfall(ctx, order)}",
+                warning=True,
+            ),
+        )

@@ -1,0 +1,75 @@
+"""Usage records: one per attachment interval, opened and closed idempotently."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.types import (
+    GPUDevice,
+    GPUUsageRecord,
+    GPUUsageRecordSpec,
+    VMRef,
+    usage_record_name,
+)
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.steps.release import in_use
+
+RECORD_LABEL_VM = "gpu.cozystack.io/vm"
+
+
+def usage_records(ctx: Context) -> None:
+    world = ctx.world
+    for name in sorted(world.devices.attached):
+        d = world.devices.by_name[name]
+        att = d.status.attachment
+        if att is None or not in_use(ctx, d):
+            continue
+        rname = usage_record_name(att.vmi.uid, name)
+        if f"{att.vmi.namespace}/{rname}" in world.records:
+            continue
+        ctx.plan.write("create", _open(d, rname))
+    for key in sorted(world.open_records):
+        rec = world.records[key]
+        dev = world.devices.get(rec.spec.device)
+        att = dev.status.attachment if dev is not None else None
+        # Judged on the VMI too, not the attachment alone: with the binder disabled nothing
+        # clears the attachment of an ended VMI, and billing must stop when the VMI ends.
+        if (
+            dev is not None
+            and att is not None
+            and att.vmi.uid == rec.spec.vmi.uid
+            and in_use(ctx, dev)
+        ):
+            continue
+        end = max(_ended(ctx, rec, dev), rec.spec.start)
+        spec = rec.spec.model_copy(update={"end": end})
+        ctx.plan.write("update", rec.model_copy(update={"spec": spec}))
+
+
+def _open(d: GPUDevice, rname: str) -> GPUUsageRecord:
+    att, binding = d.status.attachment, d.status.binding
+    assert att is not None
+    vm = binding.vm.name if binding is not None else att.vmi.name
+    return GPUUsageRecord(
+        metadata=ObjectMeta(name=rname, namespace=att.vmi.namespace, labels={RECORD_LABEL_VM: vm}),
+        spec=GPUUsageRecordSpec(
+            vm=vm,
+            vmi=VMRef(name=att.vmi.name, uid=att.vmi.uid),
+            device=d.metadata.name,
+            class_name=d.status.class_name,
+            node_name=d.spec.node_name,
+            start=att.since,
+        ),
+    )
+
+
+def _ended(ctx: Context, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime:
+    """The VMI's finish time when it is known, not the time the binder noticed."""
+    key = f"{rec.metadata.namespace}/{rec.spec.vmi.name}"
+    ended = ctx.world.vmi_ended_at(key, rec.spec.vmi.uid)
+    if ended is not None:
+        return ended
+    if d is not None and d.status.attachment is None and d.status.detached_at is not None:
+        return d.status.detached_at
+    return ctx.now

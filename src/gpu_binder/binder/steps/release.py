@@ -1,0 +1,43 @@
+"""Release of deleted devices: a deleted device goes once no live VMI runs on it."""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+
+
+def in_use(ctx: Context, d: GPUDevice) -> bool:
+    """Judged on the attachment alone, so it holds even when placement failed or is off."""
+    att = d.status.attachment
+    if att is None:
+        return False
+    vmi = ctx.world.vmis.get(att.vmi.key)
+    return vmi is not None and vmi.live and vmi.metadata.uid == att.vmi.uid
+
+
+def release_deleted(ctx: Context) -> None:
+    devices = ctx.world.devices
+    for name in sorted(devices.deleted):
+        d = devices.by_name[name]
+        if FINALIZER not in d.metadata.finalizers:
+            continue
+        if in_use(ctx, d):
+            if d.status.phase != Phase.RELEASING:
+                status = d.status.model_copy(update={"phase": Phase.RELEASING})
+                vmi = d.status.attachment.vmi.name if d.status.attachment else ""
+                note = ops.device_note(d, "GPUReleasing", f"deleted; waits for VMI {vmi} to end")
+                ctx.plan.device_status(d.model_copy(update={"status": status}), note)
+            continue
+        finalizers = tuple(f for f in d.metadata.finalizers if f != FINALIZER)
+        meta = d.metadata.model_copy(update={"finalizers": finalizers})
+        ctx.plan.device_update(d.model_copy(update={"metadata": meta}))
+        if d.status.binding is not None:
+            ctx.plan.note(
+                ops.vm_note(
+                    ctx,
+                    d.status.binding.vm.key,
+                    "GPUReleased",
+                    f"released {name}: the device was deleted",
+                )
+            )

@@ -1,0 +1,58 @@
+"""Bind requests: the webhook waits, so this step answers them before anything else."""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.plan import Note
+from gpu_binder.binder.steps.completion import complete
+
+
+def bind_requests(ctx: Context) -> None:
+    world = ctx.world
+    for rkey in sorted(world.pending_requests):
+        req = world.requests[rkey]
+        _answer(ctx, req, rkey)
+
+
+def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
+    world = ctx.world
+    ns = req.metadata.namespace
+    key = f"{ns}/{req.spec.vm.name}"
+    order: dict[str, int] = {}
+    for r in req.spec.requests:
+        order[r.class_name] = order.get(r.class_name, 0) + r.count
+    unknown = sorted(c for c in order if c not in world.classes)
+    vm = world.vms.get(key)
+    if unknown:
+        return _reply(ctx, req, "", (), f"unknown GPU class {', '.join(unknown)}")
+    if vm is not None and req.spec.vm.uid and vm.metadata.uid != req.spec.vm.uid:
+        return _reply(ctx, req, "", (), f"VM {req.spec.vm.name} was replaced by a newer one")
+    live = [v for v in world.live_vmis(key) if v.metadata.name != req.spec.vmi.name]
+    outcome = complete(ctx, key, order, BindReason.REQUEST, may_move=not live)
+    _reply(ctx, req, outcome.node, outcome.devices, outcome.message)
+    if not outcome.ok:
+        ctx.plan.note(ops.vm_note(ctx, key, "GPURefused", outcome.message, warning=True))
+
+
+def _reply(
+    ctx: Context, req: GPUBindRequest, node: str, devices: tuple[str, ...], message: str
+) -> None:
+    phase = RequestPhase.FAILED if message else RequestPhase.BOUND
+    status = req.status.model_copy(
+        update={
+            "phase": phase,
+            "node_name": node,
+            "devices": devices,
+            "message": message,
+            "answered_at": ctx.now,
+        }
+    )
+    note = None
+    if message:
+        meta = req.metadata
+        note = Note(
+            "GPUBindRequest", meta.namespace, meta.name, meta.uid, "Failed", message, "Warning"
+        )
+    ctx.plan.write("status", req.model_copy(update={"status": status}), note)

@@ -1,0 +1,75 @@
+"""Sets: each VM's devices normalized to what it orders, on one node."""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import GPUDevice, Phase
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+
+
+def order_exists(ctx: Context, key: str) -> bool:
+    vm = ctx.world.vms.get(key)
+    if vm is not None:
+        return vm.metadata.deletion_timestamp is None
+    return any(v.vm_name is None for v in ctx.world.live_vmis(key))
+
+
+def set_node(devs: list[GPUDevice]) -> str:
+    """The node a set lives on: where a live VMI uses it, else where most of it is."""
+    for d in devs:
+        if d.status.attachment is not None:
+            return d.spec.node_name
+    counts: dict[str, int] = {}
+    for d in devs:
+        counts[d.spec.node_name] = counts.get(d.spec.node_name, 0) + 1
+    return min(counts, key=lambda n: (-counts[n], n))
+
+
+def sets(ctx: Context) -> None:
+    world = ctx.world
+    for key in sorted(world.devices.by_vm):
+        signature = (world.devices.key_gen.get(key), world.class_gen)
+        if ctx.is_clean("sets", key, signature):
+            continue
+        mark = ctx.mark()
+        _normalize(ctx, key)
+        ctx.settle("sets", key, signature, mark)
+
+
+def _normalize(ctx: Context, key: str) -> None:
+    world = ctx.world
+    devs = world.devices.set_of(key)
+    if not devs:
+        return
+    if not order_exists(ctx, key):
+        for d in devs:
+            if d.status.attachment is None:
+                ops.release(ctx, d, "its VM was deleted")
+        return
+    node = set_node(devs)
+    order = world.order_of(key)
+    kept: dict[str, int] = {}
+    # Devices in use first, then healthy ones, then the longest held.
+    for d in sorted(devs, key=_keep_rank):
+        if d.status.attachment is not None:
+            kept[d.status.class_name] = kept.get(d.status.class_name, 0) + 1
+            continue
+        if d.spec.node_name != node:
+            ops.release(ctx, d, f"the rest of the set is on {node}")
+            continue
+        if kept.get(d.status.class_name, 0) >= order.get(d.status.class_name, 0):
+            ops.release(
+                ctx,
+                d,
+                f"the VM orders {order.get(d.status.class_name, 0)} × "
+                f"{d.status.class_name or 'unclassified'}",
+            )
+            continue
+        kept[d.status.class_name] = kept.get(d.status.class_name, 0) + 1
+
+
+def _keep_rank(d: GPUDevice) -> tuple[int, int, str, str]:
+    in_use = 0 if d.status.attachment is not None else 1
+    lost = 1 if d.status.phase == Phase.LOST else 0
+    bound_at = d.status.binding.bound_at.isoformat() if d.status.binding else ""
+    return (in_use, lost, bound_at, d.metadata.name)

@@ -1,0 +1,202 @@
+"""Derived state: class status, and node status (Lost devices, degraded nodes)."""
+
+from __future__ import annotations
+
+from gpu_binder.api.kubevirt import Node
+from gpu_binder.api.meta import Condition, set_condition
+from gpu_binder.api.types import GPUClass, GPUDevice, Phase
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.world import slot_resource
+
+
+def largest_free_set(ctx: Context, class_name: str) -> int:
+    best = 0
+    for node, names in ctx.world.devices.free.get(class_name, {}).items():
+        if len(names) > best and node not in ctx.memory.degraded and ctx.world.node_usable(node):
+            best = len(names)
+    return best
+
+
+def class_status(ctx: Context) -> None:
+    counts = ctx.world.devices.counts
+    for name in sorted(ctx.world.classes):
+        cls = ctx.world.classes[name]
+        c = counts.get(name, {})
+        ready = Condition(
+            type="Ready",
+            status="True",
+            reason="Serving",
+            message="devices are classified",
+            last_transition_time=ctx.now,
+        )
+        status = cls.status.model_copy(
+            update={
+                "devices": sum(c.values()),
+                "available": c.get(Phase.AVAILABLE, 0),
+                "bound": c.get(Phase.BOUND, 0),
+                "attached": c.get(Phase.ATTACHED, 0),
+                "lost": c.get(Phase.LOST, 0),
+                "cleaning": c.get(Phase.CLEANING, 0),
+                "largest_free_set": largest_free_set(ctx, name),
+                "conditions": set_condition(cls.status.conditions, ready),
+                "observed_generation": cls.metadata.generation,
+            }
+        )
+        if status != cls.status:
+            ctx.plan.write("status", cls.model_copy(update={"status": status}))
+
+
+def lost_cause(ctx: Context, d: GPUDevice, shortfall: set[str]) -> str:
+    """Why d is Lost now, or "" when nothing says so."""
+    m, grace = ctx.memory, ctx.config.lost_grace
+    # A device already Lost stays Lost while a cause holds: these clocks live in memory,
+    # and a restarted binder must not recover it only because they started anew.
+    lost = d.status.phase == Phase.LOST
+    node = ctx.world.nodes.get(d.spec.node_name)
+    if node is None:
+        gone = m.node_gone_since.setdefault(d.spec.node_name, ctx.now)
+        if lost or ctx.now - gone >= grace:
+            return f"node {d.spec.node_name} is gone"
+    else:
+        m.node_gone_since.pop(d.spec.node_name, None)
+        if not node.ready and (lost or ctx.now - (node.ready_since or ctx.now) >= grace):
+            return f"node {d.spec.node_name} is not Ready"
+    if d.spec.health != "Healthy":
+        since = m.unhealthy_since.setdefault(d.metadata.name, ctx.now)
+        if lost or ctx.now - since >= grace:
+            return f"unhealthy: {d.spec.health_message or 'reported by the node agent'}"
+    else:
+        m.unhealthy_since.pop(d.metadata.name, None)
+    if d.metadata.name in shortfall:
+        return f"the device plugin on {d.spec.node_name} does not serve it"
+    return ""
+
+
+def node_status(ctx: Context) -> None:
+    shortfall = _degraded(ctx)
+    world = ctx.world
+    suspects: set[str] = set(world.devices.lost) | world.devices.unhealthy | shortfall
+    for node_name, names in world.devices.by_node.items():
+        node = world.nodes.get(node_name)
+        if node is None or not node.ready:
+            suspects.update(names)
+    for name in sorted(suspects):
+        d = world.devices.get(name)
+        if d is None or d.metadata.deletion_timestamp is not None:
+            continue
+        cause = lost_cause(ctx, d, shortfall)
+        if cause and d.status.phase != Phase.LOST:
+            _lose(ctx, d, cause)
+        elif not cause and d.status.phase == Phase.LOST:
+            _recover(ctx, d)
+
+
+def _lose(ctx: Context, d: GPUDevice, cause: str) -> None:
+    status = d.status.model_copy(
+        update={"phase": Phase.LOST, "lost_since": ctx.now, "lost_reason": cause}
+    )
+    ctx.plan.device_status(
+        d.model_copy(update={"status": status}), ops.device_note(d, "GPULost", cause, warning=True)
+    )
+
+
+def _recover(ctx: Context, d: GPUDevice) -> None:
+    """A Lost device whose cause cleared is cleaned before anyone else may bind it."""
+    s = d.status
+    if s.binding is not None:
+        phase = Phase.ATTACHED if s.attachment is not None else Phase.BOUND
+        update: dict[str, object] = {"phase": phase}
+    else:
+        cls = ctx.world.classes.get(s.class_name)
+        clean = cls is None or cls.spec.cleaning != "None"
+        update = {"phase": Phase.CLEANING if clean else Phase.AVAILABLE, "released_at": ctx.now}
+    update.update({"lost_since": None, "lost_reason": ""})
+    status = s.model_copy(update=update)
+    ctx.plan.device_status(
+        d.model_copy(update={"status": status}),
+        ops.device_note(d, "GPURecovered", "the cause of its loss cleared"),
+    )
+
+
+def _degraded(ctx: Context) -> set[str]:
+    """Devices beyond what each node's device plugin serves, once past degradedGrace."""
+    world, m = ctx.world, ctx.memory
+    out: set[str] = set()
+    for node_name, names in sorted(world.devices.by_node.items()):
+        node = world.nodes.get(node_name)
+        if node is None or not node.ready:
+            continue
+        short = _shortfall(ctx, node.allocatable, [world.devices.by_name[n] for n in names])
+        # The condition this binder set survives a restart that its memory does not.
+        reported = _reported_degraded(node)
+        if not short:
+            m.degraded_since.pop(node_name, None)
+            if node_name in m.degraded or reported:
+                m.degraded.discard(node_name)
+                world.devices.capacity_gen += 1
+                _node_condition(ctx, node_name, "False", "Serving", "all devices are served")
+            continue
+        if reported and node_name not in m.degraded_since:
+            # Degraded past the grace before a restart: stay so, rather than recover its
+            # Lost devices and take new sets until the grace has run again.
+            m.degraded_since[node_name] = ctx.now - ctx.config.degraded_grace
+            m.degraded.add(node_name)
+            world.devices.capacity_gen += 1
+        since = m.degraded_since.setdefault(node_name, ctx.now)
+        if ctx.now - since < ctx.config.degraded_grace:
+            continue
+        if node_name not in m.degraded:
+            m.degraded.add(node_name)
+            _node_condition(
+                ctx,
+                node_name,
+                "True",
+                "PluginShortfall",
+                f"the device plugin serves {len(short)} device(s) too few",
+            )
+        out.update(short)
+    return out
+
+
+def _reported_degraded(node: Node) -> bool:
+    """Whether the node carries the GPUDegraded=True condition a binder set on it."""
+    for c in (node.raw.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "GPUDegraded":
+            return c.get("status") == "True"
+    return False
+
+
+def _shortfall(ctx: Context, allocatable: dict[str, int], devs: list[GPUDevice]) -> set[str]:
+    by_class: dict[str, list[GPUDevice]] = {}
+    for d in devs:
+        if d.spec.health == "Healthy" and d.status.class_name:
+            by_class.setdefault(d.status.class_name, []).append(d)
+    out: set[str] = set()
+    for class_name, ds in by_class.items():
+        cls: GPUClass | None = ctx.world.classes.get(class_name)
+        if cls is None:
+            continue
+        if cls.spec.pinning == "Device":
+            out.update(d.metadata.name for d in ds if allocatable.get(slot_resource(d), 0) < 1)
+            continue
+        served = allocatable.get(cls.spec.resource_name, 0)
+        if served < len(ds):
+            # The shortfall is taken from unattached devices: running tenants stay.
+            spare = sorted(ds, key=lambda d: (d.status.attachment is not None, -(d.spec.slot or 0)))
+            out.update(d.metadata.name for d in spare[: len(ds) - served])
+    return out
+
+
+def _node_condition(ctx: Context, node: str, status: str, reason: str, message: str) -> None:
+    n = ctx.world.nodes.get(node)
+    if n is None:
+        return
+    cond = Condition(
+        type="GPUDegraded",
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=ctx.now,
+    )
+    ctx.plan.write("node_status", (node, cond))

@@ -1,0 +1,81 @@
+"""Entry point of the `gpu-binder` command: one subcommand per way to run it (DESIGN §6)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+# Subcommands that own their flags: their module's main function gets the rest of argv.
+DELEGATED: dict[str, tuple[str, str]] = {
+    "agent": ("gpu_binder.agent.command", "main_agent"),
+    "replay": ("gpu_binder.replay.command", "main_replay"),
+    "run": ("gpu_binder.kube.command", "main_run"),
+}
+
+
+def _delegate(name: str, argv: Sequence[str]) -> int:
+    module, func = DELEGATED[name]
+    try:
+        entry: Callable[[list[str]], int] = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError):
+        print(f"gpu-binder {name}: not available in this build", file=sys.stderr)
+        return 2
+    return entry(list(argv))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpu-binder", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo", help="the embedded cluster playing a scenario that shows every rule"
+    )
+    demo.add_argument("--plain", action="store_true", help="a plain log, even on a terminal")
+    demo.add_argument("--speed", type=float, default=1.0, help="pace of the live view")
+    sim = sub.add_parser("sim", help="the embedded cluster under a random workload")
+    sim.add_argument("--nodes", type=int, default=20)
+    sim.add_argument("--gpus-per-node", type=int, default=8)
+    sim.add_argument("--vms", type=int, default=100)
+    sim.add_argument("--events", type=int, default=2000)
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--chaos", action="store_true", help="inject faults at random")
+    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    bench = sub.add_parser("bench", help="benchmarks that print figures")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    bp = bench_sub.add_parser("pass", help="the binder's passes on a synthetic cluster")
+    bp.add_argument("--devices", type=int, default=10_000)
+    bp.add_argument("--repeat", type=int, default=20)
+    bp.add_argument("--json", action="store_true")
+    for name in DELEGATED:
+        sub.add_parser(name, help=f"see gpu-binder {name} --help", add_help=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in DELEGATED:
+        return _delegate(args_list[0], args_list[1:])
+    args = _parser().parse_args(args_list)
+    if args.command == "demo":
+        from gpu_binder.demo.command import main_demo
+
+        return main_demo(plain=args.plain, speed=args.speed)
+    if args.command == "sim":
+        from gpu_binder.sim.command import main_sim
+
+        return main_sim(
+            args.nodes, args.gpus_per_node, args.vms, args.events, args.seed, args.chaos, args.json
+        )
+    if args.command == "bench" and args.bench == "pass":
+        from gpu_binder.bench.passes import main as bench_pass
+
+        figures = bench_pass(args.devices, args.repeat)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

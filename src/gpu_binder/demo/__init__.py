@@ -1,0 +1,1 @@
+"""`gpu-binder demo`: the embedded cluster playing a scenario that shows every rule."""

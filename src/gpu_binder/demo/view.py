@@ -1,0 +1,64 @@
+"""The demo's live view: device slots per node coloured by phase, and the decision log."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpu_binder.api.types import Phase
+from gpu_binder.sim.cluster import Cluster
+
+COLOURS = {
+    Phase.AVAILABLE: "green",
+    Phase.BOUND: "yellow",
+    Phase.ATTACHED: "bold magenta",
+    Phase.LOST: "bold red",
+    Phase.CLEANING: "cyan",
+    Phase.RELEASING: "red",
+}
+LEGEND = "  ".join(f"[{c}]■[/] {p.value}" for p, c in COLOURS.items())
+
+
+def slots(c: Cluster) -> Table:
+    t = Table(show_header=True, header_style="bold", expand=False)
+    t.add_column("node")
+    t.add_column("state")
+    t.add_column("slots")
+    t.add_column("VMs")
+    world = c.world
+    for name in sorted(world.devices.by_node):
+        node = world.nodes.get(name)
+        state = "gone" if node is None else ("Ready" if node.ready else "NotReady")
+        if node is not None and node.unschedulable:
+            state += ",cordoned"
+        devs = sorted(
+            (world.devices.by_name[n] for n in world.devices.by_node[name]),
+            key=lambda d: d.spec.slot or 0,
+        )
+        cells = Text()
+        vms: list[str] = []
+        for d in devs:
+            colour = COLOURS.get(d.status.phase or Phase.AVAILABLE, "white")
+            cells.append("■ ", style=colour)
+            if d.status.binding and d.status.binding.vm.name not in vms:
+                vms.append(d.status.binding.vm.name)
+        t.add_row(name, state, cells, ", ".join(vms))
+    return t
+
+
+def decisions(c: Cluster, lines: int = 12) -> Panel:
+    notes = c.notes()[-lines:]
+    text = Text()
+    for n in notes:
+        style = "red" if n.type == "Warning" else "white"
+        text.append(f"{n.reason:<16} {n.kind[:6]} {n.name}: {n.message}\n", style=style)
+    return Panel(text, title="decisions (Events)", border_style="blue")
+
+
+def frame(c: Cluster, title: str, step: int, total: int) -> Group:
+    header = Text(
+        f"[{step}/{total}] {title}   t+{int((c.clock() - c.t0).total_seconds())}s", style="bold"
+    )
+    return Group(header, slots(c), Text.from_markup(LEGEND), decisions(c))

@@ -1,0 +1,99 @@
+"""Running policies side by side on one trace and summing them up as one JSON object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from statistics import fmean
+from typing import Literal
+
+from gpu_binder.replay.arrival import ArrivalResult, draw_arrivals, run_arrival, until_full
+from gpu_binder.replay.bound import (
+    demand_by_fitting_models,
+    demand_by_models,
+    unallocated_bound_pct,
+)
+from gpu_binder.replay.order import Order
+from gpu_binder.replay.policy import PolicyFactory
+from gpu_binder.replay.timeline import TimelineResult, run_timeline
+from gpu_binder.replay.trace import Node
+
+Mode = Literal["arrival", "timeline"]
+FIRST_SEED = 42
+JSON = dict[str, object]
+
+
+def replay(
+    trace: str,
+    nodes: Sequence[Node],
+    orders: Sequence[Order],
+    policies: Mapping[str, PolicyFactory],
+    seeds: int = 10,
+    mode: Mode = "arrival",
+    curves: bool = False,
+) -> JSON:
+    """Every policy on the same seeds (same arrivals, same node order); means over seeds.
+
+    `seconds` is a policy's total time over all seeds. In arrival mode the bound is the
+    model-capacity bound of each seed's arrivals at 100%, averaged like the results.
+    """
+    if seeds < 1:
+        raise ValueError("at least one seed is needed")
+    capacity = sum(node.gpus for node in nodes)
+    model_capacity: dict[str, int] = {}
+    for node in nodes:
+        model_capacity[node.model] = model_capacity.get(node.model, 0) + node.gpus
+    seed_list = range(FIRST_SEED, FIRST_SEED + seeds)
+    result: JSON = {"trace": trace, "mode": mode, "seeds": seeds, "capacity_gpus": capacity}
+    if mode == "arrival":
+        runs: dict[str, list[ArrivalResult]] = {name: [] for name in policies}
+        bounds: list[float] = []
+        fit_bounds: list[float] = []
+        for seed in seed_list:
+            arrivals = draw_arrivals(orders, capacity, seed)
+            full = until_full(arrivals, capacity)
+            bounds.append(unallocated_bound_pct(demand_by_models(full), model_capacity))
+            fit_bounds.append(
+                unallocated_bound_pct(demand_by_fitting_models(full, nodes), model_capacity)
+            )
+            for name, factory in policies.items():
+                runs[name].append(run_arrival(nodes, arrivals, factory(orders), seed))
+        result["bound_unallocated_gpu_pct"] = _round(fmean(bounds))
+        result["bound_fit_unallocated_gpu_pct"] = _round(fmean(fit_bounds))
+        result["policies"] = {name: _arrival_summary(rs, curves) for name, rs in runs.items()}
+    else:
+        timelines: dict[str, list[TimelineResult]] = {name: [] for name in policies}
+        for seed in seed_list:
+            for name, factory in policies.items():
+                timelines[name].append(run_timeline(nodes, orders, factory(orders), seed))
+        result["bound_unallocated_gpu_pct"] = None
+        result["policies"] = {name: _timeline_summary(rs) for name, rs in timelines.items()}
+    return result
+
+
+def _arrival_summary(runs: Sequence[ArrivalResult], curves: bool) -> JSON:
+    summary: JSON = {
+        "unallocated_gpu_pct": _round(fmean(r.unallocated_gpu_pct for r in runs)),
+        "rejected_orders": _round(fmean(r.rejected_orders for r in runs)),
+        "rejected_orders_total": _round(fmean(r.rejected_orders_total for r in runs)),
+        "seconds": _round(sum(r.seconds for r in runs)),
+    }
+    if curves:
+        points = min(len(r.curve) for r in runs)
+        summary["curve"] = [
+            [runs[0].curve[i][0], _round(fmean(r.curve[i][1] for r in runs))] for i in range(points)
+        ]
+    return summary
+
+
+def _timeline_summary(runs: Sequence[TimelineResult]) -> JSON:
+    return {
+        "unallocated_gpu_pct": _round(fmean(r.unallocated_gpu_pct for r in runs)),
+        "rejected_orders": _round(fmean(r.rejected_orders for r in runs)),
+        "gpu_hours_requested": _round(fmean(r.gpu_hours_requested for r in runs)),
+        "gpu_hours_served": _round(fmean(r.gpu_hours_served for r in runs)),
+        "seconds": _round(sum(r.seconds for r in runs)),
+    }
+
+
+def _round(value: float) -> float:
+    return round(value, 3)

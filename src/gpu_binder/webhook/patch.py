@@ -1,0 +1,106 @@
+"""The JSONPatch (RFC 6902) that pins an admitted VMI to its devices and their node.
+
+It only adds and replaces: the user's affinity terms stay, the node requirement is ANDed
+into each of them, and missing parents are created, because a patch op fails on a path
+whose parent does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_binder.api.types import DEVICES_ANNOTATION
+from gpu_binder.webhook.pinning import Pinning
+
+Op = dict[str, Any]
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def pointer(*tokens: str | int) -> str:
+    """A JSON pointer (RFC 6901) with each token escaped: ~ as ~0, / as ~1."""
+    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def node_requirement(node: str) -> dict[str, Any]:
+    """The node selector requirement that holds a pod on one node by name."""
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def pin_patch(vmi: Mapping[str, Any], pinning: Pinning) -> list[Op]:
+    """Rewrite entries to slot resources, require the set's node, and name the devices."""
+    ops: list[Op] = [
+        {
+            "op": "replace",
+            "path": pointer("spec", "domain", "devices", e.section, e.index, "deviceName"),
+            "value": slot,
+        }
+        for e, slot in pinning.rewrites
+    ]
+    ops.extend(affinity_ops(vmi, pinning.node))
+    ops.extend(annotation_ops(vmi, DEVICES_ANNOTATION, ",".join(pinning.devices)))
+    return ops
+
+
+def affinity_ops(vmi: Mapping[str, Any], node: str) -> list[Op]:
+    """AND `metadata.name In [node]` into every required node selector term.
+
+    Terms are ORed, so adding the requirement to each one keeps the user's choice among
+    them and adds the node to all; with no terms, one term holding only it is added.
+    """
+    requirement = node_requirement(node)
+    created: Any = [{"matchFields": [requirement]}]
+    below: list[str] = ["affinity", "nodeAffinity", _REQUIRED, "nodeSelectorTerms"]
+    # The innermost value first, so each level wraps what the levels below it need.
+    nested = [created]
+    for key in reversed(below[1:]):
+        nested.insert(0, {key: nested[0]})
+    parent: Any = vmi.get("spec")
+    path: list[str | int] = ["spec"]
+    for key, value in zip(below, nested, strict=True):
+        if not isinstance(parent, dict):
+            return []  # no spec: the VMI names no devices, so nothing to pin
+        current = parent.get(key)
+        path.append(key)
+        if key == "nodeSelectorTerms" and isinstance(current, list) and current:
+            return _and_into_terms(current, path, requirement)
+        if key == "nodeSelectorTerms" or not isinstance(current, dict):
+            # The first missing level is added with everything below it in one op.
+            return [{"op": "add", "path": pointer(*path), "value": value}]
+        parent = current
+    return []
+
+
+def _and_into_terms(
+    terms: list[Any], path: list[str | int], requirement: dict[str, Any]
+) -> list[Op]:
+    ops: list[Op] = []
+    for i, term in enumerate(terms):
+        op: Op
+        if not isinstance(term, dict):
+            # A null term holds no requirement; it becomes one holding only the node.
+            op = {
+                "op": "replace",
+                "path": pointer(*path, i),
+                "value": {"matchFields": [requirement]},
+            }
+            ops.append(op)
+            continue
+        fields = term.get("matchFields")
+        if isinstance(fields, list):
+            op = {"op": "add", "path": pointer(*path, i, "matchFields", "-"), "value": requirement}
+        else:
+            op = {"op": "add", "path": pointer(*path, i, "matchFields"), "value": [requirement]}
+        ops.append(op)
+    return ops
+
+
+def annotation_ops(vmi: Mapping[str, Any], key: str, value: str) -> list[Op]:
+    """Set one annotation, creating metadata.annotations when the VMI has none."""
+    meta = vmi.get("metadata")
+    if not isinstance(meta, dict):
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": {key: value}}}]
+    if not isinstance(meta.get("annotations"), dict):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+    return [{"op": "add", "path": pointer("metadata", "annotations", key), "value": value}]

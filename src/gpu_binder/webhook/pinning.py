@@ -1,0 +1,215 @@
+"""Which of a set's devices each GPU entry of a starting VMI gets (DESIGN "Pinning").
+
+An entry names either a class's resourceName (the order) or a slot resource (one GPU on
+whatever node the VMI lands on). Slot names repeat on every node, so a slot entry is the
+VMI's own only when its set holds that slot and the VMI is pinned to the set's node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpu_binder.api.types import GROUP, GPUClass, GPUDevice
+from gpu_binder.binder.world import slot_resource
+
+Section = Literal["gpus", "hostDevices"]
+SECTIONS: tuple[Section, ...] = ("gpus", "hostDevices")
+
+# The form slot_resource() gives: <group>/<vendor>-<device>-s<slot>.
+_SLOT_PREFIX = f"{GROUP}/"
+_SLOT = re.compile(rf"^{re.escape(GROUP)}/[0-9a-f]{{4}}-[0-9a-f]{{4}}-s[0-9]+$")
+
+
+def is_slot_resource(name: str) -> bool:
+    return name.startswith(_SLOT_PREFIX) and _SLOT.match(name) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One element of spec.domain.devices.gpus[] or hostDevices[]."""
+
+    section: Section
+    index: int
+    device_name: str
+
+
+def gpu_entries(vmi: Mapping[str, Any]) -> list[Entry]:
+    """The VMI's device entries that name a device, in spec order; cheap on a VMI without."""
+    spec = vmi.get("spec")
+    domain = spec.get("domain") if isinstance(spec, dict) else None
+    devices = domain.get("devices") if isinstance(domain, dict) else None
+    if not isinstance(devices, dict):
+        return []
+    out: list[Entry] = []
+    for section in SECTIONS:
+        items = devices.get(section)
+        if not isinstance(items, list):
+            continue
+        for i, item in enumerate(items):
+            if isinstance(item, dict) and isinstance(name := item.get("deviceName"), str):
+                out.append(Entry(section, i, name))
+    return out
+
+
+def slot_resource_limits(vmi: Mapping[str, Any]) -> list[str]:
+    """Slot resources named in spec.domain.resources, which reach the launcher pod as is.
+
+    No VMI needs them there: the webhook pins through device entries alone, so any such
+    name is a way around the pinning.
+    """
+    spec = vmi.get("spec")
+    domain = spec.get("domain") if isinstance(spec, dict) else None
+    resources = domain.get("resources") if isinstance(domain, dict) else None
+    if not isinstance(resources, dict):
+        return []
+    out: list[str] = []
+    for field in ("requests", "limits"):
+        names = resources.get(field)
+        if isinstance(names, dict):
+            out.extend(n for n in names if isinstance(n, str) and is_slot_resource(n))
+    return sorted(set(out))
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """What a VMI asks for: entries per class it names, and the slot entries it names."""
+
+    by_class: dict[str, list[Entry]]
+    slots: list[Entry]
+
+    def __bool__(self) -> bool:
+        return bool(self.by_class or self.slots)
+
+
+def order_of(entries: Iterable[Entry], classes: Mapping[str, GPUClass]) -> Order:
+    """Split entries by what they name; entries naming neither are not the binder's."""
+    by_class: dict[str, list[Entry]] = {}
+    slots: list[Entry] = []
+    for e in entries:
+        cls = classes.get(e.device_name)
+        if cls is not None:
+            by_class.setdefault(cls.metadata.name, []).append(e)
+        elif is_slot_resource(e.device_name):
+            slots.append(e)
+    return Order(by_class, slots)
+
+
+def by_slot(devices: Iterable[GPUDevice]) -> list[GPUDevice]:
+    """Slot order, so the n-th entry always gets the same GPU of a given set."""
+    return sorted(devices, key=lambda d: (d.spec.slot is None, d.spec.slot or 0, d.metadata.name))
+
+
+def foreign_slots(order: Order, devices: Sequence[GPUDevice]) -> list[str]:
+    """Slot resources the VMI names that its set does not hold (each held once)."""
+    held: dict[str, int] = {}
+    for d in devices:
+        slot = slot_resource(d)
+        if slot:
+            held[slot] = held.get(slot, 0) + 1
+    foreign: list[str] = []
+    for e in order.slots:
+        if held.get(e.device_name, 0) > 0:
+            held[e.device_name] -= 1
+        else:
+            foreign.append(e.device_name)
+    return foreign
+
+
+def counts(order: Order, devices: Sequence[GPUDevice]) -> dict[str, int]:
+    """GPUs per class the VMI needs: its class entries plus the set's GPUs its slots name."""
+    out = {c: len(es) for c, es in order.by_class.items()}
+    taken: set[str] = set()
+    for e in order.slots:
+        for d in by_slot(devices):
+            if d.metadata.name not in taken and slot_resource(d) == e.device_name:
+                taken.add(d.metadata.name)
+                out[d.status.class_name] = out.get(d.status.class_name, 0) + 1
+                break
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Pinning:
+    """The admitted VMI's GPUs: its node, its devices, and the entries rewritten to slots."""
+
+    node: str
+    devices: tuple[str, ...]
+    rewrites: tuple[tuple[Entry, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Incomplete:
+    """The set cannot serve the order yet: the binder must complete it."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The order can never be served this way: the VMI is denied."""
+
+    message: str
+
+
+def pin(
+    order: Order, devices: Sequence[GPUDevice], classes: Mapping[str, GPUClass]
+) -> Pinning | Incomplete | Refused:
+    """Give each entry of the order one distinct device of the set, on the set's one node.
+
+    `devices` is the set without its Lost devices; `classes` maps class name to class.
+    """
+    nodes = {d.spec.node_name for d in devices}
+    if len(nodes) > 1:
+        return Incomplete(f"the set spans nodes {', '.join(sorted(nodes))}")
+    node = next(iter(nodes), "")
+    devices = by_slot(devices)
+    used: set[str] = set()
+    chosen: list[GPUDevice] = []
+    for e in order.slots:
+        d = next(
+            (
+                d
+                for d in devices
+                if d.metadata.name not in used and slot_resource(d) == e.device_name
+            ),
+            None,
+        )
+        if d is None:
+            return Refused(foreign_message([e.device_name]))
+        used.add(d.metadata.name)
+        chosen.append(d)
+    rewrites: list[tuple[Entry, str]] = []
+    for class_name, entries in sorted(order.by_class.items()):
+        free = [
+            d for d in devices if d.status.class_name == class_name and d.metadata.name not in used
+        ]
+        if len(free) < len(entries):
+            have = f"{len(free)} of {len(entries)} × {class_name}"
+            return Incomplete(f"the set holds {have}")
+        cls = classes.get(class_name)
+        device_pinned = cls is None or cls.spec.pinning == "Device"
+        for e, d in zip(entries, free, strict=False):
+            used.add(d.metadata.name)
+            chosen.append(d)
+            if not device_pinned:
+                continue  # another plugin serves the class by count on the node
+            slot = slot_resource(d)
+            if not slot:
+                return Refused(
+                    f"GPU {d.metadata.name} on {d.spec.node_name} has no slot yet: its node "
+                    "agent has not served it; KubeVirt will retry"
+                )
+            rewrites.append((e, slot))
+    return Pinning(node, tuple(sorted(d.metadata.name for d in chosen)), tuple(rewrites))
+
+
+def foreign_message(names: Sequence[str]) -> str:
+    """Why a VMI naming slot resources outside its set is denied, in a tenant's words."""
+    listed = ", ".join(sorted(set(names)))
+    return (
+        f"the VMI names slot resource {listed}, which is not one of its VM's GPUs; "
+        "name the GPU class's resourceName instead: no tenant can reach another's GPU"
+    )

@@ -1,0 +1,100 @@
+"""`gpu-binder agent`: node name, dry run, exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_sysfs import H100_GPUS, hgx_h100, l40s_x4
+
+from gpu_binder.agent.command import dry_run, main_agent, node_name, parser, run
+from gpu_binder.api.types import GPUDevice
+from gpu_binder.sim.memory import MemoryClient
+
+
+def test_the_node_name_comes_from_the_flag_then_node_name_then_the_host_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    assert node_name("from-flag") == "from-flag"
+    assert node_name(None) == "from-env"
+    monkeypatch.delenv("NODE_NAME")
+    monkeypatch.setattr("socket.gethostname", lambda: "GPU-Host-7")
+    assert node_name(None) == "gpu-host-7"
+
+
+def test_dry_run_prints_the_gpudevices_as_yaml(tmp_path: Path) -> None:
+    hgx_h100(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    assert dry_run(tmp_path, "node-a", [], out, err) == 0
+    docs = list(yaml.safe_load_all(out.getvalue()))
+    devices = [GPUDevice.model_validate(d) for d in docs]
+    assert [d.spec.pci_address for d in devices] == H100_GPUS
+    assert [d.spec.slot for d in devices] == list(range(8))
+    assert docs[0]["metadata"] == {
+        "name": "node-a-0000-18-00-0",
+        "labels": {"gpu.cozystack.io/node": "node-a"},
+    }
+    assert docs[0]["spec"]["nvlinkDomain"] == "nvswitch-0000-05-00-0"
+    assert docs[0]["spec"]["vendorID"] == "0x10de"
+    assert err.getvalue() == ""
+
+
+def test_main_agent_once_dry_run_needs_no_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hgx_h100(tmp_path)
+    code = main_agent(["--root", str(tmp_path), "--node", "n1", "--once", "--dry-run"])
+    assert code == 0
+    assert capsys.readouterr().out.count("kind: GPUDevice") == 8
+
+
+def test_dry_run_on_a_root_without_sysfs_fails_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_agent(["--root", str(tmp_path), "--node", "n1", "--once", "--dry-run"]) == 1
+    assert "cannot list /sys/bus/pci/devices" in capsys.readouterr().err
+
+
+def test_without_an_api_client_only_a_dry_run_is_possible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_agent(["--root", str(tmp_path), "--once"]) == 2
+    assert "use --dry-run" in capsys.readouterr().err
+
+
+def test_a_sync_through_the_given_client(tmp_path: Path) -> None:
+    hgx_h100(tmp_path)
+    client = MemoryClient()
+
+    async def connect(kubeconfig: str | None) -> MemoryClient:
+        return client
+
+    argv = ["--root", str(tmp_path), "--node", "n1", "--once", "--no-device-plugin"]
+    assert main_agent(argv, connect=connect) == 0
+    assert len(client.objects(GPUDevice)) == 8
+
+
+async def test_sighup_rescans_at_once_and_sigterm_stops_the_agent(tmp_path: Path) -> None:
+    host = l40s_x4(tmp_path)
+    client = MemoryClient()
+    args = parser().parse_args(
+        ["--root", str(tmp_path), "--node", "node-a", "--interval", "3600", "--no-device-plugin"]
+    )
+    task = asyncio.create_task(run(args, client))
+
+    async def until(count: int) -> None:
+        while len(client.objects(GPUDevice)) != count:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(until(4), 5)
+    host.add_function("0000:e1:00.0", device="0x26b9", upstream=["0000:e0:01.0"])
+    os.kill(os.getpid(), signal.SIGHUP)
+    await asyncio.wait_for(until(5), 5)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(task, 5) == 0

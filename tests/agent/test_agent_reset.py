@@ -1,0 +1,175 @@
+"""Reset: a released GPU is reset before anyone else gets it, or reported as unusable."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from fake_sysfs import L40S_GPUS, FakeHost, l40s_x4
+
+from gpu_binder.agent.runner import AgentConfig, NodeAgent
+from gpu_binder.api.types import (
+    Attachment,
+    GPUDevice,
+    GPUDeviceStatus,
+    Health,
+    ObjectRef,
+    Phase,
+)
+from gpu_binder.sim.memory import MemoryClient
+
+NODE = "node-a"
+RELEASED = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+NOW = RELEASED + timedelta(seconds=5)
+GPU = L40S_GPUS[0]
+
+
+def agent(root: Path, client: MemoryClient, now: datetime = NOW) -> NodeAgent:
+    return NodeAgent(AgentConfig(node=NODE, root=root), client, clock=lambda: now)
+
+
+def device(client: MemoryClient, address: str = GPU) -> GPUDevice:
+    return next(d for d in client.objects(GPUDevice) if d.spec.pci_address == address)
+
+
+async def set_status(client: MemoryClient, address: str, **status: object) -> None:
+    d = device(client, address)
+    await client.update_status(d.model_copy(update={"status": GPUDeviceStatus(**status)}))
+
+
+def reset_writes(host: FakeHost, address: str = GPU) -> str:
+    return (host.path(address) / "reset").read_text()
+
+
+async def node_with_a_cleaning_gpu(root: Path) -> tuple[FakeHost, MemoryClient]:
+    host = l40s_x4(root)
+    client = MemoryClient()
+    await agent(root, client).run_pass()
+    await set_status(client, GPU, phase=Phase.CLEANING, released_at=RELEASED)
+    return host, client
+
+
+async def test_a_cleaning_gpu_is_reset_through_sysfs_and_records_last_reset(
+    tmp_path: Path,
+) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    report = await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == "1"
+    assert report.resets.done == {GPU: NOW}
+    spec = device(client).spec
+    assert (spec.last_reset, spec.health) == (NOW, Health.HEALTHY)
+    # The other GPUs were not touched.
+    assert reset_writes(host, L40S_GPUS[1]) == ""
+
+
+async def test_a_gpu_reset_since_its_release_is_not_reset_again(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    await agent(tmp_path, client).run_pass()
+    (host.path(GPU) / "reset").write_text("")
+    writes = client.writes
+    await agent(tmp_path, client, now=NOW + timedelta(seconds=10)).run_pass()
+    assert reset_writes(host) == ""
+    assert client.writes == writes
+
+
+async def test_a_second_release_brings_a_second_reset(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    await agent(tmp_path, client).run_pass()
+    later = NOW + timedelta(hours=1)
+    await set_status(client, GPU, phase=Phase.CLEANING, released_at=later)
+    (host.path(GPU) / "reset").write_text("")
+    await agent(tmp_path, client, now=later + timedelta(seconds=1)).run_pass()
+    assert reset_writes(host) == "1"
+    assert device(client).spec.last_reset == later + timedelta(seconds=1)
+
+
+async def test_a_gpu_that_cannot_be_reset_is_unhealthy_and_never_marked_clean(
+    tmp_path: Path,
+) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    (host.path(GPU) / "reset").unlink()
+    report = await agent(tmp_path, client).run_pass()
+    spec = device(client).spec
+    assert spec.last_reset is None
+    assert spec.health == Health.UNHEALTHY
+    assert spec.health_message == (
+        "function-level reset failed: the device offers no reset method (sysfs has no reset "
+        "file); it stays out of use until a reset succeeds"
+    )
+    assert report.resets.failed == {GPU: spec.health_message}
+    assert device(client).status.phase == Phase.CLEANING
+
+
+async def test_a_failing_reset_write_names_the_file_and_the_error(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    host.make_unreadable(GPU, "reset")
+    await agent(tmp_path, client).run_pass()
+    assert device(client).spec.health_message == (
+        f"function-level reset failed: writing /sys/bus/pci/devices/{GPU}/reset: Is a "
+        "directory; it stays out of use until a reset succeeds"
+    )
+
+
+async def test_a_failed_reset_is_retried_and_a_success_makes_the_gpu_healthy(
+    tmp_path: Path,
+) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    (host.path(GPU) / "reset").unlink()
+    await agent(tmp_path, client).run_pass()
+    # A restarted agent still knows: the API holds the failure.
+    await agent(tmp_path, client).run_pass()
+    assert device(client).spec.health == Health.UNHEALTHY
+    (host.path(GPU) / "reset").write_text("")
+    later = NOW + timedelta(minutes=1)
+    await agent(tmp_path, client, now=later).run_pass()
+    spec = device(client).spec
+    assert (spec.health, spec.health_message, spec.last_reset) == (Health.HEALTHY, "", later)
+
+
+async def test_a_restarted_agent_remembers_a_failure_behind_other_reasons(
+    tmp_path: Path,
+) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    (host.path(GPU) / "reset").unlink()
+    host.remove_vfio_dev(host.iommu_group(GPU))
+    await agent(tmp_path, client).run_pass()
+    first = device(client).spec.health_message
+    assert first.startswith("/dev/vfio/") and "; function-level reset failed: " in first
+    writes = client.writes
+    await agent(tmp_path, client).run_pass()
+    assert device(client).spec.health_message == first
+    assert client.writes == writes
+
+
+async def test_a_gpu_with_a_vmi_on_it_is_never_reset(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    vmi = ObjectRef(namespace="t", name="vm-1", uid="u1")
+    await set_status(
+        client,
+        GPU,
+        phase=Phase.CLEANING,
+        released_at=RELEASED,
+        attachment=Attachment(vmi=vmi, since=RELEASED),
+    )
+    await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == ""
+    assert device(client).spec.last_reset is None
+
+
+async def test_a_gpu_under_a_host_driver_is_not_reset(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    host.bind(GPU, "nvidia")
+    await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == ""
+    assert device(client).spec.last_reset is None
+    assert device(client).spec.health == Health.UNHEALTHY
+
+
+async def test_gpus_in_other_phases_are_not_reset(tmp_path: Path) -> None:
+    host = l40s_x4(tmp_path)
+    client = MemoryClient()
+    await agent(tmp_path, client).run_pass()
+    for address, phase in zip(L40S_GPUS, [Phase.AVAILABLE, Phase.BOUND, Phase.LOST], strict=False):
+        await set_status(client, address, phase=phase, released_at=RELEASED)
+    await agent(tmp_path, client).run_pass()
+    assert [reset_writes(host, a) for a in L40S_GPUS] == ["", "", "", ""]

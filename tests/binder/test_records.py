@@ -1,0 +1,113 @@
+"""Usage records: one per attachment interval, closed with the VMI's finish time, never
+duplicated, surviving binder restarts."""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import usage_record_name
+from gpu_binder.binder.config import Config
+
+from .cluster import NAMESPACE, Cluster
+
+
+async def running(cluster: Cluster, gpus: int = 2) -> list[str]:
+    cluster.node("node-a")
+    cluster.vm("vm", gpus, running=True)
+    await cluster.settle()
+    cluster.start("vm")
+    await cluster.settle()
+    return cluster.set_of("vm")
+
+
+async def test_an_attachment_opens_one_record_per_device(cluster: Cluster) -> None:
+    devices = await running(cluster)
+    vmi = cluster.vmi("vm")
+    records = cluster.records()
+    assert sorted(r.spec.device for r in records) == devices
+    for r in records:
+        assert r.metadata.namespace == NAMESPACE
+        assert r.metadata.name == usage_record_name(vmi.metadata.uid, r.spec.device)
+        assert (r.spec.vm, r.spec.vmi.name, r.spec.vmi.uid) == ("vm", "vm", vmi.metadata.uid)
+        assert (r.spec.class_name, r.spec.node_name) == ("h100", "node-a")
+        assert r.spec.start == cluster.clock.now and r.spec.end is None
+
+
+async def test_a_record_is_closed_with_the_vmis_finish_time_not_when_noticed(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    finished = cluster.clock.advance(hours=2)
+    cluster.finish("vm", at=finished)
+    await cluster.settle_after(minutes=7)
+    assert [r.spec.end for r in cluster.records()] == [finished, finished]
+
+
+async def test_a_record_is_closed_with_the_finish_time_of_a_vmi_already_deleted(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    finished = cluster.clock.advance(hours=2)
+    await cluster.stop("vm")
+    await cluster.settle_after(seconds=20)
+    assert [r.spec.end for r in cluster.records()] == [finished, finished]
+
+
+async def test_records_are_never_duplicated(cluster: Cluster) -> None:
+    await running(cluster)
+    for _ in range(3):
+        await cluster.settle_after(minutes=1)
+    assert len(cluster.records()) == 2
+
+
+async def test_every_start_of_a_vm_is_a_new_interval(cluster: Cluster) -> None:
+    await running(cluster, gpus=1)
+    await cluster.settle_after(hours=1)
+    await cluster.stop("vm")
+    await cluster.settle_after(hours=1)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    first, second = sorted(cluster.records(), key=lambda r: r.spec.start)
+    assert first.spec.end is not None and second.spec.end is None
+    assert first.spec.vmi.uid != second.spec.vmi.uid
+
+
+async def test_records_survive_a_binder_restart_without_duplicates(cluster: Cluster) -> None:
+    await running(cluster)
+    before = [r.metadata.resource_version for r in cluster.records()]
+    cluster.restart()
+    await cluster.settle_after(minutes=1)
+    assert [r.metadata.resource_version for r in cluster.records()] == before
+
+
+async def test_an_interval_that_ended_while_the_binder_was_down_closes_at_the_finish_time(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    cluster.clock.advance(hours=3)  # the binder is down meanwhile
+    cluster.restart()
+    await cluster.settle()
+    assert [r.spec.end for r in cluster.records()] == [finished, finished]
+
+
+async def test_records_open_and_close_even_when_the_binder_is_disabled(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    first = cluster.records()
+    cluster.restart(Config(enabled=False))
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    await cluster.settle_after(minutes=1)
+    assert [r.spec.end for r in cluster.records()] == [finished, finished]
+    assert [r.metadata.name for r in cluster.records()] == [r.metadata.name for r in first]
+
+
+async def test_a_closed_record_is_never_written_again(cluster: Cluster) -> None:
+    await running(cluster)
+    cluster.finish("vm")
+    await cluster.settle()
+    closed = [r.metadata.resource_version for r in cluster.records()]
+    await cluster.settle_after(hours=1)
+    assert [r.metadata.resource_version for r in cluster.records()] == closed

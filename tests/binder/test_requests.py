@@ -1,0 +1,112 @@
+"""Bind requests: the webhook waits for an answer, Bound with the set or Failed with why."""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import BindReason, Phase, RequestPhase
+
+from .cluster import Cluster
+
+
+async def test_a_bind_request_is_answered_bound_with_its_node_and_devices(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("vm", 2)
+    cluster.request("vm", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.BOUND
+    assert answer.node_name == "node-a"
+    assert list(answer.devices) == cluster.set_of("vm")
+    assert answer.answered_at == cluster.clock.now
+    for name in answer.devices:
+        binding = cluster.device(name).status.binding
+        assert binding is not None and binding.reason == BindReason.REQUEST
+    [event, *_] = cluster.events_of("vm", "GPURequest")
+    assert "node-a" in event.message
+
+
+async def test_a_request_for_a_complete_set_is_answered_with_it(cluster: Cluster) -> None:
+    cluster.node("node-a")
+    cluster.node("node-b")
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    devices = cluster.set_of("vm")
+    cluster.request("vm", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert (answer.phase, list(answer.devices)) == (RequestPhase.BOUND, devices)
+
+
+async def test_a_request_completes_a_partial_set_on_its_node(cluster: Cluster) -> None:
+    cluster.node("node-a", 4)
+    cluster.node("node-b", 8)
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    home = cluster.node_of("vm")
+    cluster.vm("vm", 3)
+    cluster.request("vm", 3)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.BOUND and answer.node_name == home
+    assert len(cluster.set_of("vm")) == 3 and cluster.node_of("vm") == home
+
+
+async def test_a_request_that_does_not_fit_fails_naming_the_largest_free_set(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 2)
+    cluster.node("node-c", 3)
+    await cluster.settle()
+    cluster.vm("vm", 4)
+    cluster.request("vm", 4)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.FAILED
+    assert answer.message == "4 × h100 requested; the largest free set is 3 on node-c"
+    assert cluster.set_of("vm") == []
+    [refused] = cluster.events_of("vm", "GPURefused")
+    assert refused.type == "Warning" and refused.message == answer.message
+
+
+async def test_a_request_for_an_unknown_class_fails_saying_so(cluster: Cluster) -> None:
+    cluster.node("node-a")
+    cluster.vm("vm", 1)
+    cluster.request("vm", 1, class_name="b200")
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.FAILED and "unknown GPU class b200" in answer.message
+
+
+async def test_the_requests_pass_only_answers_requests(cluster: Cluster) -> None:
+    cluster.node("node-a")
+    cluster.node("node-b")
+    cluster.vm("stopped", 2)
+    await cluster.settle()
+    cluster.cordon(cluster.node_of("stopped"))
+    cluster.vm("other", 1)
+    cluster.vm("vm", 1)
+    cluster.request("vm", 1)
+    before = cluster.set_of("stopped")
+    result = await cluster.answer_requests()
+    assert cluster.answer("vm-bind").status.phase == RequestPhase.BOUND
+    assert cluster.set_of("stopped") == before, "no moves"
+    assert cluster.set_of("other") == [], "no orders"
+    assert result.requeue_after is None, "no resync for the requests key"
+    assert cluster.gpu_class_status().bound == 2, "no class status"
+
+
+async def test_an_answered_request_is_not_answered_again(cluster: Cluster) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("vm", 1)
+    cluster.request("vm", 1)
+    await cluster.answer_requests()
+    answered = cluster.answer("vm-bind")
+    await cluster.answer_requests()
+    await cluster.settle()
+    assert cluster.answer("vm-bind").metadata.resource_version == (
+        answered.metadata.resource_version
+    )
+    assert all(cluster.phase(n) == Phase.BOUND for n in cluster.set_of("vm"))

@@ -1,0 +1,69 @@
+"""The real control plane (kube-apiserver + etcd) for tests marked ``controlplane``.
+
+The binaries are looked up (KUBEBUILDER_ASSETS, TEST_ASSET_*, the cache) and, when missing
+and Go is installed, built once per machine by scripts/build-controlplane.sh. That happens
+after collection, outside any test's timeout, and only when a selected test needs it.
+Without binaries or Go the tests are skipped with one line saying how to enable them,
+except under CI=true, where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from gpu_binder.envtest import (
+    AssetsBuildError,
+    AssetsUnavailable,
+    ControlPlane,
+    ControlPlaneAssets,
+    ensure_assets,
+)
+
+_resolved: ControlPlaneAssets | str | None = None  # assets, or the reason there are none
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def _resolve(config: pytest.Config | None) -> ControlPlaneAssets | str:
+    global _resolved
+    if _resolved is not None:
+        return _resolved
+    reporter = config.pluginmanager.get_plugin("terminalreporter") if config else None
+
+    def progress(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line, flush=True)
+
+    try:
+        _resolved = ensure_assets(progress=progress)
+    except AssetsUnavailable as e:
+        _resolved = f"real-control-plane tests skipped: {e}"
+    except AssetsBuildError as e:
+        _resolved = f"building the control plane failed: {e}"
+    if isinstance(_resolved, str) and reporter is not None:
+        reporter.write_line(_resolved.splitlines()[0])
+    return _resolved
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.get_closest_marker("controlplane") for item in session.items):
+        _resolve(session.config)
+
+
+@pytest.fixture(scope="session")
+def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
+    """One kube-apiserver + etcd for the whole session (admin: ``control_plane.admin``)."""
+    assets = _resolve(pytestconfig)
+    if isinstance(assets, str):
+        if _in_ci() or assets.startswith("building"):
+            pytest.fail(assets.replace("skipped", "cannot run (CI=true)"), pytrace=False)
+        pytest.skip(assets)
+    with ControlPlane(assets) as cp:
+        yield cp
