@@ -413,6 +413,13 @@ class Cluster:
                     }
                 }
             }
+        if names:
+            # As the webhook rewrote them: one slot resource per admitted device.
+            slots = [
+                {"name": f"gpu{i}", "deviceName": slot_resource(self.device(n))}
+                for i, n in enumerate(names)
+            ]
+            template = {**template, "domain": {"devices": {"gpus": slots}}}
         raw = {
             "metadata": meta,
             "spec": template,

@@ -175,3 +175,45 @@ async def test_a_vm_running_unmanaged_gets_no_set_on_another_node_meanwhile(
     await cluster.settle_after(seconds=30)
     assert cluster.node_of("vm") == "node-b"
     assert cluster.events_of("vm", "GPUReleased") == [], "nothing bound in vain, nothing cleaned"
+
+
+async def test_a_standalone_vmi_admitted_with_its_set_keeps_and_attaches_it(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.request("solo", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("solo-bind").status
+    cluster.start("solo", node=answer.node_name, devices=answer.devices, owned=False)
+    await cluster.settle()
+    assert cluster.set_of("solo") == list(answer.devices)
+    assert all(cluster.phase(n) == Phase.ATTACHED for n in answer.devices)
+    assert len(cluster.records()) == 2
+
+
+async def test_a_standalone_set_survives_the_pass_between_its_answer_and_its_vmi(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.request("solo", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("solo-bind").status
+    await cluster.settle()  # the webhook has not returned yet: no VMI so far
+    assert cluster.set_of("solo") == list(answer.devices)
+    cluster.start("solo", node=answer.node_name, devices=answer.devices, owned=False)
+    await cluster.settle()
+    assert all(cluster.phase(n) == Phase.ATTACHED for n in answer.devices)
+
+
+async def test_a_standalone_set_whose_vmi_never_came_is_released_after_the_grace(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.request("solo", 2)
+    await cluster.answer_requests()
+    await cluster.settle()
+    await cluster.settle_after(seconds=30)
+    assert cluster.set_of("solo") == []

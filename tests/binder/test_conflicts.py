@@ -119,7 +119,9 @@ async def test_a_conflict_answering_requests_requeues_after_100_ms(cluster: Clus
     assert list(answer.devices) == cluster.set_of("vm") and len(answer.devices) == 1
 
 
-async def test_any_other_error_is_raised_for_the_queue_to_back_off(cluster: Cluster) -> None:
+async def test_any_other_error_is_raised_for_the_queue_to_back_off(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cluster.node("node-a")
     await cluster.settle()
     cluster.vm("vm", 1)
@@ -127,6 +129,6 @@ async def test_any_other_error_is_raised_for_the_queue_to_back_off(cluster: Clus
     async def refuse(obj: Any) -> Any:
         raise Invalid("admission webhook denied the request")
 
-    cluster.client.update_status = refuse  # type: ignore[method-assign]
+    monkeypatch.setattr(cluster.client, "update_status", refuse)
     with pytest.raises(Invalid):
         await cluster.run()

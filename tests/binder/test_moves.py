@@ -20,7 +20,8 @@ async def stopped_set(cluster: Cluster, gpus: int = 2) -> tuple[str, list[str]]:
 
 def moved_by(cluster: Cluster, why: str) -> None:
     devices = cluster.set_of("vm")
-    assert all(cluster.device(n).status.binding.reason == BindReason.MOVE for n in devices)  # type: ignore[union-attr]
+    reasons = {b.reason for n in devices if (b := cluster.device(n).status.binding)}
+    assert reasons == {BindReason.MOVE}
     moves = cluster.events_of("vm", "GPUMove")
     assert moves and all(why in e.message for e in moves), [e.message for e in moves]
 

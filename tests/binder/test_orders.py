@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from gpu_binder.api.types import BindReason, Phase
 
-from .cluster import T0, Cluster, gpu_name
+from .cluster import A100, A100_DEVICE_ID, A100_RESOURCE, H100, T0, Cluster, gpu_name
 
 
 async def test_a_vm_is_bound_its_ordered_gpus_on_one_node(cluster: Cluster) -> None:
@@ -187,3 +187,28 @@ async def test_a_released_stopped_vm_is_bound_again_when_it_starts(cluster: Clus
     cluster.set_running("vm", True)
     await cluster.settle()
     assert len(cluster.set_of("vm")) == 2
+
+
+async def test_an_order_of_two_classes_is_placed_on_one_node_holding_both(
+    cluster: Cluster,
+) -> None:
+    cluster.gpu_class(A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID)
+    cluster.node("node-a", 4)
+    cluster.node("node-b", 2)
+    cluster.node("node-b", 2, class_name=A100, first_slot=2)
+    cluster.vm("vm", 2, extra={A100_RESOURCE: 1})
+    await cluster.settle()
+    devices = cluster.set_of("vm")
+    assert cluster.node_of("vm") == "node-b"
+    assert sorted(cluster.device(n).status.class_name for n in devices) == [A100, H100, H100]
+
+
+async def test_an_order_of_two_classes_that_no_node_holds_says_so(cluster: Cluster) -> None:
+    cluster.gpu_class(A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID)
+    cluster.node("node-a", 4)
+    cluster.node("node-b", 2, class_name=A100)
+    cluster.vm("vm", 2, extra={A100_RESOURCE: 1})
+    await cluster.settle()
+    assert cluster.set_of("vm") == []
+    [event] = cluster.events_of("vm", "GPUUnplaceable")
+    assert "all of them must be on one node" in event.message

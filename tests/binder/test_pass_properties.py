@@ -95,6 +95,8 @@ def test_a_pass_after_quiescence_writes_nothing(nodes: list[int], order_sizes: l
 
 NODES = ("node-0", "node-1", "node-2")
 VMS = tuple(f"vm-{i}" for i in range(5))
+# VMIs with no VirtualMachine: each its own order.
+SOLOS = ("solo-0", "solo-1")
 
 events = st.one_of(
     st.tuples(
@@ -103,7 +105,8 @@ events = st.one_of(
     st.tuples(st.just("start"), st.sampled_from(VMS)),
     st.tuples(st.just("stop"), st.sampled_from(VMS)),
     st.tuples(st.just("delete"), st.sampled_from(VMS)),
-    st.tuples(st.just("vmi_fails"), st.sampled_from(VMS)),
+    st.tuples(st.just("vmi_fails"), st.sampled_from(VMS + SOLOS)),
+    st.tuples(st.just("solo"), st.sampled_from(SOLOS), st.sampled_from([1, 2])),
     st.tuples(st.just("annotate"), st.sampled_from(VMS), st.sampled_from(NODES)),
     st.tuples(st.just("cordon"), st.sampled_from(NODES), st.booleans()),
     st.tuples(st.just("ready"), st.sampled_from(NODES), st.booleans()),
@@ -250,6 +253,14 @@ async def apply(cluster: Cluster, event: tuple[Any, ...]) -> None:
     elif kind == "vmi_fails" and args[0] in vmis and vmis[args[0]].live:
         c.finish(args[0], phase="Failed")
         await c.remove_vmi(args[0])
+    elif kind == "solo" and args[0] not in vmis:
+        req = c.request(args[0], args[1], name=f"{args[0]}-bind")
+        await c.answer_requests()
+        answer = c.answer(req.metadata.name).status
+        await c.client.delete(type(req), req.metadata.name, NAMESPACE)
+        node = c.world.nodes.get(answer.node_name)
+        if answer.phase == RequestPhase.BOUND and node and node.ready and not node.unschedulable:
+            c.start(args[0], node=answer.node_name, devices=answer.devices, owned=False)
     elif kind == "annotate" and args[0] in vms:
         c.annotate_vm(args[0], args[1])
     elif kind == "cordon":

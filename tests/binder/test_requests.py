@@ -110,3 +110,17 @@ async def test_an_answered_request_is_not_answered_again(cluster: Cluster) -> No
         answered.metadata.resource_version
     )
     assert all(cluster.phase(n) == Phase.BOUND for n in cluster.set_of("vm"))
+
+
+async def test_a_request_moves_a_set_whose_node_was_just_cordoned(cluster: Cluster) -> None:
+    cluster.node("node-a")
+    cluster.node("node-b")
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    assert cluster.node_of("vm") == "node-a"
+    cluster.cordon("node-a")
+    cluster.request("vm", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert (answer.phase, answer.node_name) == (RequestPhase.BOUND, "node-b")
+    assert cluster.node_of("vm") == "node-b"

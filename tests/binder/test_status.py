@@ -131,3 +131,37 @@ async def test_node_pinning_takes_the_shortfall_from_unattached_devices(
     assert sorted(d for d in devices if cluster.phase(d) == Phase.LOST) == sorted(
         set(devices) - set(attached)
     )
+
+
+async def test_a_device_matching_two_classes_is_shown_on_both_and_bound_by_neither(
+    cluster: Cluster,
+) -> None:
+    cluster.gpu_class("h100-copy", resource="nvidia.com/copy")
+    [device] = cluster.node("node-a", 1)
+    cluster.vm("vm", 1)
+    await cluster.settle()
+    assert cluster.set_of("vm") == []
+    for name in ("h100", "h100-copy"):
+        [ready] = [c for c in cluster.gpu_class_status(name).conditions if c.type == "Ready"]
+        assert (ready.status, ready.reason) == ("False", "AmbiguousMatch")
+        assert device in ready.message
+    [classified] = cluster.device(device).status.conditions
+    assert (classified.reason, classified.message) == (
+        "Ambiguous",
+        "matches classes h100, h100-copy",
+    )
+
+
+async def test_resolving_an_ambiguous_match_clears_the_error_and_serves_the_device(
+    cluster: Cluster,
+) -> None:
+    cluster.gpu_class("h100-copy", resource="nvidia.com/copy")
+    [device] = cluster.node("node-a", 1)
+    cluster.vm("vm", 1)
+    await cluster.settle()
+    cluster.gpu_class("h100-copy", resource="nvidia.com/copy", device_id="0x2331")
+    await cluster.settle()
+    assert cluster.set_of("vm") == [device]
+    assert cluster.device(device).status.conditions == ()
+    [ready] = [c for c in cluster.gpu_class_status().conditions if c.type == "Ready"]
+    assert ready.status == "True"

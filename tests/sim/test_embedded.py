@@ -13,12 +13,12 @@ from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import World
 from gpu_binder.sim.agent import AgentFleet
-from gpu_binder.sim.catalog import H100, gpu_class
+from gpu_binder.sim.catalog import H100, L40S, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.invariants import InvariantChecker, quiet_pass
 from gpu_binder.sim.jsonpatch import apply_patch
 from gpu_binder.sim.kubelet import Kubelet
-from gpu_binder.sim.kubevirt import KubeVirtSim, vm_object
+from gpu_binder.sim.kubevirt import KubeVirtSim, vm_object, vmi_object
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter, NeedsRequest
 
@@ -118,3 +118,19 @@ async def test_a_settled_cluster_passes_without_writing(
     await store.create(vm_object("vm1", "t", [RESOURCE]))
     await cluster.settle()
     assert await quiet_pass(store, lambda: cluster.binder.reconcile(PASS_KEY)) == []
+
+
+async def test_an_unmanaged_vmi_is_adopted_after_the_grace(
+    store: MemoryClient, clock: VirtualClock
+) -> None:
+    c = Embedded(store, clock)
+    await store.create(gpu_class("l40s", L40S, "nvidia.com/L40S", pinning="Node"))
+    await c.fleet.add_node("n1", 2, L40S)
+    await c.settle()
+    await c.kubevirt.create_vmi(vmi_object("lone", "t", ["nvidia.com/L40S"]), admitted=False)
+    await c.settle()
+    clock.advance(c.binder.config.attachment_grace.total_seconds() + 1)
+    await c.settle()
+    bound = [d for d in store.objects(GPUDevice) if d.status.binding is not None]
+    assert [d.status.binding.vm.key for d in bound if d.status.binding] == ["t/lone"]
+    assert c.checker.check() == []

@@ -16,6 +16,7 @@ from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import (
     FINALIZER,
+    GROUP,
     GPUBindRequest,
     GPUClass,
     GPUDevice,
@@ -70,6 +71,8 @@ class DeviceIndex:
         self.attached: set[str] = set()
         self.unhealthy: set[str] = set()
         self.unclassified: set[str] = set()
+        # Devices matching more than one class, shown on those classes' conditions.
+        self.ambiguous: set[str] = set()
         # slot resource name -> devices serving it, for the KubeVirt settings.
         self.slot_users: dict[str, int] = defaultdict(int)
         # Bumped whenever a device becomes free, so a failed order is retried only then.
@@ -131,6 +134,8 @@ class DeviceIndex:
             self.unhealthy.add(name)
         if s.phase is None:
             self.unclassified.add(name)
+        if any(c.type == "Classified" and c.reason == "Ambiguous" for c in s.conditions):
+            self.ambiguous.add(name)
         slot = slot_resource(d)
         if slot:
             self.slot_users[slot] += 1
@@ -154,6 +159,7 @@ class DeviceIndex:
             self.attached,
             self.unhealthy,
             self.unclassified,
+            self.ambiguous,
         ):
             idx.discard(name)
         slot = slot_resource(d)
@@ -200,6 +206,7 @@ class World:
         self.devices = DeviceIndex()
         self.classes: dict[str, GPUClass] = {}
         self.class_by_resource: dict[str, GPUClass] = {}
+        self.class_by_slot: dict[str, GPUClass] = {}
         self.nodes: dict[str, Node] = {}
         self.vms: dict[str, VirtualMachine] = {}
         self.vmis: dict[str, VirtualMachineInstance] = {}
@@ -303,6 +310,15 @@ class World:
     def _apply_class(self, cls: GPUClass, deleted: bool) -> None:
         _put(self.classes, cls.metadata.name, cls, deleted)
         self.class_by_resource = {c.spec.resource_name: c for c in self.classes.values()}
+        # The webhook rewrites an admitted VMI's entries to slot resources: a standalone
+        # VMI, its own order, is read from those (see _order), by their vendor-device part.
+        self.class_by_slot = {}
+        for c in sorted(self.classes.values(), key=lambda c: c.metadata.name):
+            if c.spec.pinning == "Device":
+                vendor = c.spec.match.vendor_id.removeprefix("0x")
+                for device_id in c.spec.match.device_ids:
+                    prefix = f"{GROUP}/{vendor}-{device_id.removeprefix('0x')}"
+                    self.class_by_slot.setdefault(prefix, c)
         self.devices.capacity_gen += 1
         self.class_gen += 1
         self._orders.clear()
@@ -344,7 +360,7 @@ class World:
     def _order(self, names: Iterable[str]) -> dict[str, int]:
         order: dict[str, int] = {}
         for n in names:
-            cls = self.class_by_resource.get(n)
+            cls = self.class_by_resource.get(n) or self.class_by_slot.get(n.rpartition("-s")[0])
             if cls is not None:
                 order[cls.metadata.name] = order.get(cls.metadata.name, 0) + 1
         return order

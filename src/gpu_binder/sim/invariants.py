@@ -60,6 +60,8 @@ class _Open:
 
 
 class InvariantChecker:
+    """Follows the store from its construction on; call check() after every event."""
+
     def __init__(self, client: MemoryClient) -> None:
         self.client = client
         self.violations: list[str] = []

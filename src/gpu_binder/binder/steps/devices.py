@@ -47,6 +47,9 @@ def classify(ctx: Context) -> None:
         if len(classes) > 1:
             names = ", ".join(sorted(c.metadata.name for c in classes))
             conditions = _condition(ctx, d, "Ambiguous", f"matches classes {names}")
+        else:
+            # The ambiguity was resolved (a class changed or went): say so no longer.
+            conditions = tuple(c for c in conditions if c.type != "Classified")
         if d.status.binding is not None and d.status.class_name:
             class_name = d.status.class_name  # a bound device keeps the class it was bound as
         if (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.types import GPUDevice, Phase
+from gpu_binder.api.types import BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 
@@ -32,20 +32,37 @@ def sets(ctx: Context) -> None:
         if ctx.is_clean("sets", key, signature):
             continue
         mark = ctx.mark()
-        _normalize(ctx, key)
+        if _normalize(ctx, key):
+            continue  # waits on the clock, not on an event: decided again next pass
         ctx.settle("sets", key, signature, mark)
 
 
-def _normalize(ctx: Context, key: str) -> None:
+def awaiting_vmi(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:
+    """A standalone VMI's set bound by a request within attachmentGrace: the webhook has
+    its answer and the VMI is on its way to the API server, which no event announces."""
+    if key in ctx.world.vms:
+        return False
+    grace = ctx.config.attachment_grace
+    return any(
+        b.reason == BindReason.REQUEST and ctx.now - b.bound_at < grace
+        for d in devs
+        if (b := d.status.binding) is not None
+    )
+
+
+def _normalize(ctx: Context, key: str) -> bool:
+    """Normalize one set; True when the decision waits for the clock."""
     world = ctx.world
     devs = world.devices.set_of(key)
     if not devs:
-        return
+        return False
     if not order_exists(ctx, key):
+        if awaiting_vmi(ctx, key, devs):
+            return True
         for d in devs:
             if d.status.attachment is None:
                 ops.release(ctx, d, "its VM was deleted")
-        return
+        return False
     node = set_node(devs)
     order = world.order_of(key)
     kept: dict[str, int] = {}
@@ -66,6 +83,7 @@ def _normalize(ctx: Context, key: str) -> None:
             )
             continue
         kept[d.status.class_name] = kept.get(d.status.class_name, 0) + 1
+    return False
 
 
 def _keep_rank(d: GPUDevice) -> tuple[int, int, str, str]:

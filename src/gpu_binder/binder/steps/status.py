@@ -7,6 +7,7 @@ from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.steps.devices import matching_classes
 from gpu_binder.binder.world import slot_resource
 
 
@@ -20,6 +21,14 @@ def largest_free_set(ctx: Context, class_name: str) -> int:
 
 def class_status(ctx: Context) -> None:
     counts = ctx.world.devices.counts
+    # A device matching two classes is an error shown on both classes (DESIGN §1).
+    ambiguous: dict[str, list[str]] = {}
+    rivals: dict[str, set[str]] = {}
+    for device in sorted(ctx.world.devices.ambiguous):
+        names = {c.metadata.name for c in matching_classes(ctx, ctx.world.devices.by_name[device])}
+        for class_name in names:
+            ambiguous.setdefault(class_name, []).append(device)
+            rivals.setdefault(class_name, set()).update(names - {class_name})
     for name in sorted(ctx.world.classes):
         cls = ctx.world.classes[name]
         c = counts.get(name, {})
@@ -30,6 +39,18 @@ def class_status(ctx: Context) -> None:
             message="devices are classified",
             last_transition_time=ctx.now,
         )
+        if name in ambiguous:
+            shown = ambiguous[name]
+            more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+            ready = ready.model_copy(
+                update={
+                    "status": "False",
+                    "reason": "AmbiguousMatch",
+                    "message": f"{len(shown)} device(s) also match class "
+                    f"{', '.join(sorted(rivals[name]))} ({', '.join(shown[:3])}{more}) and "
+                    "serve neither; make spec.match of the classes distinct",
+                }
+            )
         status = cls.status.model_copy(
             update={
                 "devices": sum(c.values()),
