@@ -93,7 +93,7 @@ LDFLAGS="-s -w"
 start_all=$SECONDS
 
 log "building the control plane for Kubernetes $K8S_VERSION with $(go version | cut -d' ' -f3-)"
-log "this takes a while the first time (about 15-25 min on 2 cores); output: $OUT_DIR"
+log "this takes a while the first time (about 11 min of compiling on 2 cores); output: $OUT_DIR"
 
 # --- Kubernetes' own go.mod: staging modules, etcd version, go/godebug lines ------------
 log "fetching k8s.io/kubernetes@$K8S_VERSION go.mod from the module proxy"

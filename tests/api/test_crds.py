@@ -277,8 +277,8 @@ def test_tuples_are_arrays_and_string_maps_are_additional_properties() -> None:
 def test_enums_patterns_bounds_and_defaults_survive() -> None:
     assert node("GPUClass", "spec", "placement", "policy") == {
         "type": "string",
-        "enum": ["Pack", "Spread"],
-        "default": "Pack",
+        "enum": ["LeastStranded", "Pack", "Spread"],
+        "default": "LeastStranded",
     }
     assert node("GPUClass", "spec", "cleaning")["default"] == "Reset"
     assert node("GPUClass", "spec", "resourceName")["minLength"] == 1

@@ -217,7 +217,7 @@ def test_a_minimal_object_gets_the_models_defaults_and_writes_no_nulls() -> None
     assert wire["apiVersion"] == API_VERSION and wire["kind"] == "GPUDevice"
     assert "phase" not in wire["status"] and "slot" not in wire["spec"]
     cls = GPUClass.model_validate({"metadata": {"name": "c"}, "spec": {"resourceName": "r"}})
-    assert cls.spec.placement.policy == "Pack"
+    assert cls.spec.placement.policy == "LeastStranded"
     assert cls.spec.cleaning == "Reset"
     assert cls.spec.pinning == "Device"
     assert cls.spec.release_after is None

@@ -25,6 +25,7 @@ from gpu_binder.api.types import (
     GPUBindRequestSpec,
     GPUClass,
     GPUClassSpec,
+    GPUClassStatus,
     GPUDevice,
     GPUDeviceSpec,
     GPUUsageRecord,
@@ -536,7 +537,7 @@ class Cluster:
             if d.spec.node_name == node and d.status.phase == Phase.AVAILABLE
         )
 
-    def gpu_class_status(self, name: str = H100) -> Any:
+    def gpu_class_status(self, name: str = H100) -> GPUClassStatus:
         cls = self.client.peek(GPUClass, name)
         assert cls is not None
         return cls.status

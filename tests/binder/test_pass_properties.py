@@ -116,6 +116,14 @@ events = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([1, 3, 6])),
     st.tuples(st.just("reset")),
     st.tuples(st.just("restart")),
+    st.tuples(st.just("serve"), st.sampled_from(NODES), st.integers(2, 4)),
+    st.tuples(st.just("unmanaged"), st.sampled_from(VMS), st.sampled_from(NODES)),
+)
+# The class the cluster's GPUs belong to: (policy, topology, cleaning).
+classes = st.tuples(
+    st.sampled_from(["Pack", "Spread"]),
+    st.sampled_from(["Node", "NUMA"]),
+    st.sampled_from(["Reset", "None"]),
 )
 
 
@@ -279,6 +287,11 @@ async def apply(cluster: Cluster, event: tuple[Any, ...]) -> None:
             await c.delete_device(name)
     elif kind == "tick":
         c.clock.advance(minutes=args[0])
+    elif kind == "unmanaged" and args[0] in vms and args[0] not in vmis:
+        c.set_running(args[0], True)
+        c.start(args[0], node=args[1], devices=())  # started past the webhook
+    elif kind == "serve":
+        c.serve(args[0], range(args[1]))
     elif kind == "restart":
         c.restart()
     elif kind == "reset":
@@ -306,14 +319,18 @@ tenants = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tenants, st.lists(events, min_size=1, max_size=30), st.booleans())
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(classes, tenants, st.lists(events, min_size=1, max_size=30), st.booleans())
 def test_invariants_hold_after_any_sequence_of_events(
-    initial: list[tuple[int, bool]], sequence: list[tuple[Any, ...]], conflicts: bool
+    gpu_class: tuple[str, str, str],
+    initial: list[tuple[int, bool]],
+    sequence: list[tuple[Any, ...]],
+    conflicts: bool,
 ) -> None:
     async def scenario() -> None:
         cluster = Cluster()
-        cluster.gpu_class(release_after="5m")
+        policy, topology, cleaning = gpu_class
+        cluster.gpu_class(release_after="5m", policy=policy, topology=topology, cleaning=cleaning)
         for node in NODES:
             cluster.node(node, 4)
         for name, (gpus, running) in zip(VMS, initial, strict=True):

@@ -124,3 +124,21 @@ async def test_a_request_moves_a_set_whose_node_was_just_cordoned(cluster: Clust
     answer = cluster.answer("vm-bind").status
     assert (answer.phase, answer.node_name) == (RequestPhase.BOUND, "node-b")
     assert cluster.node_of("vm") == "node-b"
+
+
+async def test_a_request_for_a_set_stuck_on_a_cordoned_node_fails_saying_why(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 2)
+    cluster.node("node-b", 1)
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    cluster.cordon("node-a")
+    cluster.request("vm", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.FAILED
+    assert answer.message == (
+        "node node-a is cordoned, but the set cannot move: "
+        "2 × h100 requested; the largest free set is 1 on node-b"
+    )

@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.quantity import QuantityError, byte_count, millicores
+from gpu_binder.api.types import CLASSES_ANNOTATION
 
 KUBEVIRT_API_VERSION = "kubevirt.io/v1"
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -26,6 +28,49 @@ def _gpu_names(spec: dict[str, Any]) -> tuple[str, ...]:
             if isinstance(entry, dict) and isinstance(entry.get("deviceName"), str):
                 names.append(entry["deviceName"])
     return tuple(names)
+
+
+def _quantity(raw: Any, parse: Any) -> int | None:
+    if raw is None or isinstance(raw, bool):
+        return None
+    try:
+        value: int = parse(raw)
+    except (QuantityError, TypeError):
+        return None
+    return max(value, 0)
+
+
+def _requests(spec: dict[str, Any]) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) the VM asks of its node: the domain's resource
+    requests, else its vCPUs (sockets × cores × threads) and guest memory; 0 if unsaid.
+
+    KubeVirt adds its own overhead to the launcher pod; the binder counts what the VM
+    asks for, which is what a tenant can read in the VM and what differs between orders.
+    """
+    domain = spec.get("domain") or {}
+    requests = (domain.get("resources") or {}).get("requests") or {}
+    cpu = _quantity(requests.get("cpu"), millicores)
+    if cpu is None and isinstance(domain.get("cpu"), dict):
+        topology = domain["cpu"]
+        vcpus = 1
+        for part in ("sockets", "cores", "threads"):
+            n = topology.get(part)
+            vcpus *= n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+        cpu = vcpus * 1000
+    memory = _quantity(requests.get("memory"), byte_count)
+    if memory is None:
+        memory = _quantity((domain.get("memory") or {}).get("guest"), byte_count)
+    return cpu or 0, memory or 0
+
+
+def _alternatives(*annotations: Any) -> tuple[str, ...]:
+    """The classes named by the first gpu.cozystack.io/classes annotation found, in order."""
+    for a in annotations:
+        value = a.get(CLASSES_ANNOTATION) if isinstance(a, dict) else None
+        if isinstance(value, str):
+            names = [n.strip() for n in value.split(",")]
+            return tuple(dict.fromkeys(n for n in names if n))
+    return ()
 
 
 def _time(raw: Any) -> datetime | None:
@@ -46,6 +91,12 @@ class VirtualMachine:
     running: bool
     device_names: tuple[str, ...]
     raw: dict[str, Any] = field(compare=False, repr=False)
+    # What the VM asks of its node besides GPUs (see _requests).
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    # Classes that may serve its GPUs instead of the one its entries name, from the
+    # gpu.cozystack.io/classes annotation on the VM or its template (see placement.options).
+    alternatives: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -56,12 +107,20 @@ class VirtualMachine:
         spec = raw.get("spec") or {}
         strategy = spec.get("runStrategy")
         running = bool(spec.get("running")) or strategy in RUNNING_STRATEGIES
-        template = (spec.get("template") or {}).get("spec") or {}
+        template = spec.get("template") or {}
+        template_spec = template.get("spec") or {}
+        meta = raw.get("metadata") or {}
+        cpu, memory = _requests(template_spec)
         return cls(
-            metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
+            metadata=ObjectMeta.model_validate(meta),
             running=running,
-            device_names=_gpu_names(template),
+            device_names=_gpu_names(template_spec),
             raw=raw,
+            cpu_milli=cpu,
+            memory_bytes=memory,
+            alternatives=_alternatives(
+                meta.get("annotations"), (template.get("metadata") or {}).get("annotations")
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,6 +141,10 @@ class VirtualMachineInstance:
     device_names: tuple[str, ...]
     finished_at: datetime | None
     raw: dict[str, Any] = field(compare=False, repr=False)
+    # For a standalone VMI, its own order: what it asks of its node, and its alternatives.
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    alternatives: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -105,13 +168,19 @@ class VirtualMachineInstance:
         for t in status.get("phaseTransitionTimestamps") or ():
             if isinstance(t, dict) and t.get("phase") in ENDED_PHASES:
                 finished = _time(t.get("phaseTransitionTimestamp"))
+        spec = raw.get("spec") or {}
+        meta = raw.get("metadata") or {}
+        cpu, memory = _requests(spec)
         return cls(
-            metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
+            metadata=ObjectMeta.model_validate(meta),
             phase=phase,
             node_name=str(status.get("nodeName") or ""),
-            device_names=_gpu_names(raw.get("spec") or {}),
+            device_names=_gpu_names(spec),
             finished_at=finished,
             raw=raw,
+            cpu_milli=cpu,
+            memory_bytes=memory,
+            alternatives=_alternatives(meta.get("annotations")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,6 +200,10 @@ class Node:
     unschedulable: bool
     allocatable: dict[str, int]
     raw: dict[str, Any] = field(compare=False, repr=False)
+    # Allocatable CPU (millicores) and memory (bytes); None when the node does not say,
+    # which placement reads as no limit.
+    cpu_milli: int | None = None
+    memory_bytes: int | None = None
 
     @property
     def name(self) -> str:
@@ -145,11 +218,12 @@ class Node:
                 ready = c.get("status") == "True"
                 since = _time(c.get("lastTransitionTime"))
         allocatable: dict[str, int] = {}
-        for k, v in (status.get("allocatable") or {}).items():
+        quantities = status.get("allocatable") or {}
+        for k, v in quantities.items():
             try:
                 allocatable[k] = int(str(v))
             except ValueError:
-                continue  # CPU and memory quantities; the binder counts only device units
+                continue  # a quantity with a unit ("256Gi"): cpu and memory are read below
         return cls(
             metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
             ready=ready,
@@ -157,6 +231,8 @@ class Node:
             unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
             allocatable=allocatable,
             raw=raw,
+            cpu_milli=_quantity(quantities.get("cpu"), millicores),
+            memory_bytes=_quantity(quantities.get("memory"), byte_count),
         )
 
     def to_dict(self) -> dict[str, Any]:

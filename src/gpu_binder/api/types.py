@@ -22,6 +22,9 @@ FINALIZER = f"{GROUP}/device"
 NODE_ANNOTATION = f"{GROUP}/node"
 # The VMI annotation the webhook adds: the devices it was admitted with.
 DEVICES_ANNOTATION = f"{GROUP}/devices"
+# The VM (or template, or standalone VMI) annotation naming the classes any of which may
+# serve its GPUs: "h100,a100". All GPUs of a set come from one of them (placement.options).
+CLASSES_ANNOTATION = f"{GROUP}/classes"
 
 PCI_ADDRESS_PATTERN = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
 HEX_ID_PATTERN = r"^0x[0-9a-f]{4}$"
@@ -65,7 +68,10 @@ class DeviceMatch(Model):
 
 
 class PlacementSpec(Model):
-    policy: Literal["Pack", "Spread"] = "Pack"
+    # LeastStranded: the node (and, for an order accepting several classes, the class)
+    # where the fewest free GPUs become unusable for the orders the cluster has; Pack: the
+    # fullest node; Spread: the emptiest. See placement.policy and docs/PLACEMENT.md.
+    policy: Literal["LeastStranded", "Pack", "Spread"] = "LeastStranded"
     topology: Literal["Node", "NUMA", "NVLink"] = "Node"
 
 
@@ -202,6 +208,11 @@ class NameRef(Model):
 class ClassCount(Model):
     class_name: str = Field(min_length=1, max_length=NAME_MAX)
     count: int = Field(ge=1)
+    # Other classes that may serve these GPUs instead (the VM's gpu.cozystack.io/classes),
+    # all of them from one class.
+    alternatives: tuple[Annotated[str, StringConstraints(max_length=NAME_MAX)], ...] | None = Field(
+        None, max_length=32
+    )
 
 
 class GPUBindRequestSpec(Model):

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.plan import Note, Plan
+from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.world import World
 
 
@@ -19,13 +20,22 @@ class Memory:
     # When a node first served fewer units than it holds healthy devices.
     degraded_since: dict[str, datetime] = field(default_factory=dict)
     degraded: set[str] = field(default_factory=set)
+    # Per node: the shortfall last computed, with the node object and device generation
+    # it was computed from, so an unchanged node costs a lookup.
+    shortfalls: dict[str, tuple[object, tuple[int | None, int], set[str]]] = field(
+        default_factory=dict
+    )
     # When a device was first seen Unhealthy, and a node first seen gone.
     unhealthy_since: dict[str, datetime] = field(default_factory=dict)
     node_gone_since: dict[str, datetime] = field(default_factory=dict)
     # The last refusal said about an object, so a resync does not repeat it as an Event.
     said: dict[str, str] = field(default_factory=dict)
     # Orders whose last placement attempt failed, and the world generation it failed in.
-    unplaceable: dict[str, int] = field(default_factory=dict)
+    unplaceable: dict[str, tuple[int, int | None, int]] = field(default_factory=dict)
+    unplaceable_checked: int = -1
+    # Sets that must move but found no room, retried when something frees.
+    blocked_moves: set[str] = field(default_factory=set)
+    blocked_checked: int = -1
     # Per step, what a key looked like when the step last found nothing to do for it: an
     # unchanged key is skipped, which keeps a pass over an unchanged world cheap.
     clean: dict[str, dict[str, object]] = field(default_factory=dict)
@@ -38,6 +48,7 @@ class Context:
     now: datetime
     memory: Memory
     plan: Plan
+    scope: Scope = field(default_factory=lambda: Scope(full=True))
 
     def say(self, key: str, note: Note) -> None:
         """A refusal or warning, recorded as an Event only when it changed."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
@@ -18,6 +20,36 @@ API_VERSIONS = {
     "GPUBindRequest": "gpu.cozystack.io/v1alpha1",
     "GPUClass": "gpu.cozystack.io/v1alpha1",
 }
+
+
+_DECISION = re.compile(r"^(bound|released) (\S+?)( on \S+)?: (.*)$")
+
+
+def merge(notes: list[Note]) -> list[Note]:
+    """One Event per decision: the devices of one bind or release named together."""
+    groups: dict[tuple[object, ...], list[str]] = {}
+    firsts: dict[tuple[object, ...], Note] = {}
+    order: list[tuple[object, ...] | int] = []
+    for i, n in enumerate(notes):
+        m = _DECISION.match(n.message)
+        if m is None:
+            order.append(i)
+            continue
+        key = (n.kind, n.namespace, n.name, n.reason, n.type, m[1], m[3] or "", m[4])
+        if key not in groups:
+            groups[key] = []
+            firsts[key] = n
+            order.append(key)
+        groups[key].append(m[2])
+    out: list[Note] = []
+    for k in order:
+        if isinstance(k, int):
+            out.append(notes[k])
+            continue
+        names, first = groups[k], firsts[k]
+        what = names[0] if len(names) == 1 else f"{len(names)} GPUs ({', '.join(names)})"
+        out.append(replace(first, message=f"{k[5]} {what}{k[6]}: {k[7]}"))
+    return out
 
 
 class Recorder(Protocol):

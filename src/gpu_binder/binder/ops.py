@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
@@ -12,9 +12,10 @@ from gpu_binder.api.types import (
     ObjectRef,
     Phase,
 )
+from gpu_binder.binder import placing
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.plan import Note
-from gpu_binder.placement import POLICIES, Candidate, Placement, choose
+from gpu_binder.placement import Candidate, Placement
 
 
 def order_ref(ctx: Context, key: str) -> ObjectRef:
@@ -95,16 +96,7 @@ def candidates(
     ctx: Context, order: Mapping[str, int], only: str | None = None, exclude: str | None = None
 ) -> list[Candidate]:
     """Nodes that could take the order: usable, not degraded, holding free devices."""
-    first = max(order, key=lambda c: (order[c], c))
-    free = ctx.world.devices.free.get(first, {})
-    nodes = [only] if only is not None else list(free)
-    out: list[Candidate] = []
-    for node in nodes:
-        if node == exclude or node in ctx.memory.degraded or not ctx.world.node_usable(node):
-            continue
-        counts = {c: len(ctx.world.devices.free_on(c, node)) for c in order}
-        out.append(Candidate(node, counts))
-    return out
+    return placing.candidates(ctx, order, only, exclude)
 
 
 def place(
@@ -112,52 +104,18 @@ def place(
     order: Mapping[str, int],
     only: str | None = None,
     exclude: str | None = None,
+    *,
+    key: str | None = None,
+    alternatives: Sequence[str] = (),
 ) -> Placement | None:
-    """Where the order goes under its class's policy and topology, or None."""
-    if not order:
-        return None
-    first = max(order, key=lambda c: (order[c], c))
-    cls = ctx.world.classes.get(first)
-    policy = cls.spec.placement.policy if cls is not None else "Pack"
-    topology = cls.spec.placement.topology if cls is not None else "Node"
-    devices = ctx.world.devices
+    """Where the order goes under its class's policy and topology, or None.
 
-    def load_free(class_name: str, node: str) -> list[GPUDevice]:
-        return [devices.by_name[n] for n in devices.free_on(class_name, node)]
-
-    def load_domains(class_name: str, node: str) -> dict[str, int]:
-        from gpu_binder.placement.topology import domain_of
-
-        sizes: dict[str, int] = {}
-        for n in devices.names_on(node):
-            d = devices.by_name[n]
-            if d.status.class_name == class_name:
-                k = domain_of(d, topology)
-                sizes[k] = sizes.get(k, 0) + 1
-        return sizes
-
-    return choose(
-        order,
-        candidates(ctx, order, only, exclude),
-        POLICIES[policy],
-        load_free,
-        topology,
-        load_domains,
-    )
+    With `key`, the node must also hold the CPU and memory that order's VM asks for;
+    `alternatives` are classes that may serve it instead (binder.placing).
+    """
+    return placing.place(ctx, order, only, exclude, key=key, alternatives=alternatives)
 
 
-def shortfall(ctx: Context, order: Mapping[str, int]) -> str:
+def shortfall(ctx: Context, order: Mapping[str, int], key: str | None = None) -> str:
     """Why an order does not fit, in words a tenant understands."""
-    parts = []
-    for class_name, count in sorted(order.items()):
-        best_node, best = "", 0
-        for node, names in ctx.world.devices.free.get(class_name, {}).items():
-            if node in ctx.memory.degraded or not ctx.world.node_usable(node):
-                continue
-            if len(names) > best or (len(names) == best and node < best_node):
-                best_node, best = node, len(names)
-        where = f" on {best_node}" if best else ""
-        parts.append(f"{count} × {class_name} requested; the largest free set is {best}{where}")
-    if len(order) > 1:
-        parts.append("all of them must be on one node")
-    return "; ".join(parts)
+    return placing.shortfall(ctx, order, key)

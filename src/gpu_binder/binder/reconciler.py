@@ -17,9 +17,10 @@ from gpu_binder.api.meta import Condition
 from gpu_binder.api.types import FINALIZER, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
-from gpu_binder.binder.events import MemoryRecorder, Recorder
+from gpu_binder.binder.events import MemoryRecorder, Recorder, merge
 from gpu_binder.binder.metrics import Metrics
-from gpu_binder.binder.plan import Plan, Write
+from gpu_binder.binder.plan import Note, Plan, Write
+from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.steps import (
     attachments,
     devices,
@@ -76,16 +77,36 @@ class Reconciler:
         self.metrics = metrics or Metrics()
         self.memory = Memory()
         self.is_leader = is_leader or (lambda: True)
+        self.last_full: datetime | None = None
+        self.scope = Scope(full=True)
 
-    async def reconcile(self, key: str) -> Result:
-        """One pass; raises the first non-conflict error so the queue backs off."""
+    async def reconcile(self, key: str, full: bool | None = None) -> Result:
+        """One pass; raises the first non-conflict error so the queue backs off.
+
+        A pass of the pass key sweeps everything once per resync (or when `full`), and
+        otherwise decides only about what changed since the last pass.
+        """
         now = self.clock()
         result = Result()
         if key == REQUESTS_KEY:
             if self.config.enabled:
                 await self._run(requests.bind_requests, now, result)
         else:
-            await self._full_pass(now, result)
+            if full is None:
+                full = (
+                    self.world.needs_full
+                    or self.last_full is None
+                    or now - self.last_full >= self.config.resync
+                )
+            self.scope = Scope.take(self.world, full)
+            try:
+                await self._full_pass(now, result)
+            finally:
+                if result.aborted or result.errors:
+                    self.scope.give_back(self.world)
+                elif full:
+                    self.last_full = now
+            self.scope = Scope(full=True)
         outcome = "error" if result.errors else "conflict" if result.aborted else "ok"
         self.metrics.passes.labels(key, outcome).inc()
         if result.errors:
@@ -140,7 +161,7 @@ class Reconciler:
         self.metrics.export(self.world, largest, unmanaged, len(self.memory.unplaceable))
 
     def _context(self, now: datetime) -> Context:
-        return Context(self.world, self.config, now, self.memory, Plan(self.world, now))
+        return Context(self.world, self.config, now, self.memory, Plan(self.world, now), self.scope)
 
     async def _run(self, step: Step, now: datetime, result: Result) -> None:
         ctx = self._context(now)
@@ -148,6 +169,15 @@ class Reconciler:
         await self._execute(ctx.plan, now, result)
 
     async def _execute(self, plan: Plan, now: datetime, result: Result) -> None:
+        notes: list[Note] = []
+        try:
+            await self._write_all(plan, result, notes)
+        finally:
+            # Only decisions that were written are told, one Event per decision.
+            for note in merge(notes):
+                await self.recorder.record(note, now)
+
+    async def _write_all(self, plan: Plan, result: Result, notes: list[Note]) -> None:
         items = list(plan.writes.values())
         for i, w in enumerate(items):
             if not self.is_leader():
@@ -171,10 +201,8 @@ class Reconciler:
             if written is not None:
                 # Write-through: the response enters the cache before the next decision.
                 self.world.apply(WatchEvent("MODIFIED", written))
-            for note in w.notes:
-                await self.recorder.record(note, now)
-        for note in plan.notes:
-            await self.recorder.record(note, now)
+            notes.extend(w.notes)
+        notes.extend(plan.notes)
 
     def _revert(self, unwritten: list[Write]) -> None:
         for w in reversed(unwritten):

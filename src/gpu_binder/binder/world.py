@@ -24,7 +24,11 @@ from gpu_binder.api.types import (
     Phase,
     RequestPhase,
 )
+from gpu_binder.binder.freestates import FreeStates
+from gpu_binder.binder.resources import NodeResources
 from gpu_binder.client.interface import WatchEvent
+from gpu_binder.placement.mix import Demand, Mix
+from gpu_binder.placement.options import group, resolve
 
 # Deleted VMIs whose end time is kept: far more than end between two passes.
 ENDED_VMIS_KEPT = 10_000
@@ -82,6 +86,18 @@ class DeviceIndex:
         self.gen = 0
         self.key_gen: dict[str, int] = {}
         self.node_gen: dict[str, int] = {}
+        # What changed since the last pass took them: an incremental pass looks only here.
+        self.touched_keys: set[str] = set()
+        self.touched_nodes: set[str] = set()
+        self.touched_devices: set[str] = set()
+        # Placement's indexes: CPU and memory per node (resources), nodes by free state per
+        # class (freestates), free devices per class, and how many nodes hold n devices of
+        # a class (its largest node size is what an order of a whole node needs).
+        self.resources = NodeResources(self._resources_changed)
+        self.states = FreeStates()
+        self.free_count: dict[str, int] = defaultdict(int)
+        self.class_nodes: dict[str, dict[str, int]] = defaultdict(dict)
+        self.node_sizes: dict[str, dict[int, int]] = defaultdict(dict)
 
     def __len__(self) -> int:
         return len(self.by_name)
@@ -90,6 +106,7 @@ class DeviceIndex:
         return self.by_name.get(name)
 
     def put(self, d: GPUDevice) -> None:
+        self.touched_devices.add(d.metadata.name)
         old = self.by_name.get(d.metadata.name)
         if old is not None:
             self._unindex(old)
@@ -97,6 +114,7 @@ class DeviceIndex:
         self._index(d)
 
     def remove(self, name: str) -> None:
+        self.touched_devices.add(name)
         old = self.by_name.pop(name, None)
         if old is not None:
             self._unindex(old)
@@ -104,10 +122,12 @@ class DeviceIndex:
     def touch_key(self, key: str) -> None:
         self.gen += 1
         self.key_gen[key] = self.gen
+        self.touched_keys.add(key)
 
     def touch_node(self, node: str) -> None:
         self.gen += 1
         self.node_gen[node] = self.gen
+        self.touched_nodes.add(node)
 
     def _index(self, d: GPUDevice) -> None:
         name, s = d.metadata.name, d.status
@@ -139,6 +159,7 @@ class DeviceIndex:
         slot = slot_resource(d)
         if slot:
             self.slot_users[slot] += 1
+        self._placement_index(d, 1)
 
     def _unindex(self, d: GPUDevice) -> None:
         name, s = d.metadata.name, d.status
@@ -167,6 +188,53 @@ class DeviceIndex:
             self.slot_users[slot] -= 1
             if self.slot_users[slot] <= 0:
                 del self.slot_users[slot]
+        self._placement_index(d, -1)
+
+    def _placement_index(self, d: GPUDevice, sign: int) -> None:
+        s, node = d.status, d.spec.node_name
+        c = s.class_name
+        per_node = self.class_nodes[c]
+        was = per_node.get(node, 0)
+        now = was + sign
+        if now:
+            per_node[node] = now
+        else:
+            per_node.pop(node, None)
+        sizes = self.node_sizes[c]
+        for size, step in ((was, -1), (now, 1)):
+            if size:
+                n = sizes.get(size, 0) + step
+                if n:
+                    sizes[size] = n
+                else:
+                    sizes.pop(size, None)
+        if is_free(d):
+            self.free_count[c] += sign
+        if s.binding is not None:
+            if sign > 0:
+                self.resources.add_device(s.binding.vm.key, node)
+            else:
+                self.resources.remove_device(s.binding.vm.key, node)
+        self._restate(c, node)
+
+    def _restate(self, class_name: str, node: str) -> None:
+        names = self.free.get(class_name, {}).get(node)
+        if not names:
+            self.states.set(class_name, node, None)
+            return
+        cpu, memory = self.resources.free(node)
+        self.states.set(class_name, node, (len(names), cpu, memory))
+
+    def _resources_changed(self, node: str, freed: bool) -> None:
+        if freed:
+            self.capacity_gen += 1  # an order that lacked CPU or memory may fit now
+        for class_name, nodes in self.free.items():
+            if node in nodes:
+                self._restate(class_name, node)
+
+    def whole(self, class_name: str) -> int:
+        """The class's largest node size: how many of its devices one node holds at most."""
+        return max(self.node_sizes.get(class_name, {}), default=0)
 
     def names_on(self, node: str) -> set[str]:
         return self.by_node.get(node, set())
@@ -216,15 +284,22 @@ class World:
         self.pending_requests: set[str] = set()
         self.records: dict[str, GPUUsageRecord] = {}
         self.open_records: set[str] = set()
+        self.open_by_device: dict[str, set[str]] = defaultdict(set)
         self.kubevirt: dict[str, KubeVirt] = {}
         # When deleted VMIs ended, by uid, oldest first (see vmi_ended_at).
         self.ended_vmis: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
         self.dirty: set[str] = set()
         self.class_gen = 0
+        # A change that touches every key (a class): the next pass sweeps everything.
+        self.needs_full = True
         # Orders per VM key, parsed once per VM object and class generation.
         self._orders: dict[str, tuple[object, dict[str, int]]] = {}
         self.synced = False
+        # The order mix placement weighs free GPUs by: every order's demand, kept as VMs
+        # (and standalone VMIs) come, change and go (see placement.mix).
+        self.mix = Mix()
+        self._demands: dict[str, tuple[Demand, ...]] = {}
 
     # --- feeding ----------------------------------------------------------------------
 
@@ -238,8 +313,8 @@ class World:
             self._apply_vmi(obj, deleted)
         elif isinstance(obj, VirtualMachine):
             _put(self.vms, obj.key, obj, deleted)
-            self.devices.capacity_gen += 1
             self.devices.touch_key(obj.key)
+            self._order_changed(obj.key)
         elif isinstance(obj, Node):
             self._apply_node(obj, deleted)
         elif isinstance(obj, GPUClass):
@@ -256,8 +331,10 @@ class World:
             _put(self.records, key, obj, deleted)
             if not deleted and obj.spec.end is None:
                 self.open_records.add(key)
+                self.open_by_device[obj.spec.device].add(key)
             else:
                 self.open_records.discard(key)
+                _discard(self.open_by_device, obj.spec.device, key)
         elif isinstance(obj, KubeVirt):
             _put(self.kubevirt, f"{obj.metadata.namespace}/{obj.metadata.name}", obj, deleted)
         elif isinstance(obj, Event):
@@ -298,17 +375,26 @@ class World:
             if len(self.ended_vmis) > ENDED_VMIS_KEPT:
                 del self.ended_vmis[next(iter(self.ended_vmis))]
         self.devices.touch_key(vm_key_of_vmi(vmi))
+        if vmi.vm_name is None or (old is not None and old.vm_name is None):
+            self._order_changed(vm_key_of_vmi(vmi))
 
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.nodes.get(node.name)
         _put(self.nodes, node.name, node, deleted)
         self.devices.capacity_gen += 1
+        if deleted:
+            self.devices.resources.set_allocatable(node.name, None, None)
+        else:
+            self.devices.resources.set_allocatable(node.name, node.cpu_milli, node.memory_bytes)
         self.devices.touch_node(node.name)
         if old is None or deleted or old.metadata.labels != node.metadata.labels:
             self.dirty.update(self.devices.names_on(node.name))
 
     def _apply_class(self, cls: GPUClass, deleted: bool) -> None:
+        old = self.classes.get(cls.metadata.name)
         _put(self.classes, cls.metadata.name, cls, deleted)
+        if not deleted and old is not None and old.spec == cls.spec:
+            return  # a status write: nothing a decision reads changed
         self.class_by_resource = {c.spec.resource_name: c for c in self.classes.values()}
         # The webhook rewrites an admitted VMI's entries to slot resources: a standalone
         # VMI, its own order, is read from those (see _order), by their vendor-device part.
@@ -322,7 +408,39 @@ class World:
         self.devices.capacity_gen += 1
         self.class_gen += 1
         self._orders.clear()
+        self.needs_full = True
         self.dirty.update(self.devices.by_name)
+        standalone = {vm_key_of_vmi(v) for v in self.vmis.values() if v.vm_name is None}
+        for key in set(self._demands) | set(self.vms) | standalone:
+            self._order_changed(key)
+
+    def _order_changed(self, key: str) -> None:
+        """Count the order of this key in the mix and its CPU and memory, as it is now."""
+        resources = self.devices.resources
+        source: VirtualMachine | VirtualMachineInstance | None = self.vms.get(key)
+        if source is None:
+            source = next((v for v in self.live_vmis(key) if v.vm_name is None), None)
+        demands: tuple[Demand, ...] = ()
+        if source is not None and source.metadata.deletion_timestamp is None:
+            demands = demands_of(
+                self._order(source.device_names),
+                self._alternatives(source),
+                source.cpu_milli,
+                source.memory_bytes,
+            )
+        for d in self._demands.pop(key, ()):
+            self.mix.remove(d)
+        if demands:
+            self._demands[key] = demands
+            for d in demands:
+                self.mix.add(d)
+        if source is None:
+            resources.forget_request(key)
+        else:
+            resources.set_request(key, (source.cpu_milli, source.memory_bytes))
+
+    def _alternatives(self, source: VirtualMachine | VirtualMachineInstance) -> tuple[str, ...]:
+        return tuple(c for c in source.alternatives if c in self.classes)
 
     # --- queries ----------------------------------------------------------------------
 
@@ -345,7 +463,33 @@ class World:
         return [v for k in keys if (v := self.vmis[k]).live]
 
     def order_of(self, key: str) -> dict[str, int]:
-        """GPUs per class that the VM (or standalone VMI) with this key orders."""
+        """GPUs per class that the VM (or standalone VMI) with this key orders.
+
+        With alternatives (placement.options), the option its set holds devices of: a set
+        of a100 devices serves entries naming h100 when the VM accepts both.
+        """
+        order = self.named_order(key)
+        alternatives = self.alternatives_of(key)
+        if not alternatives:
+            return order
+        held: dict[str, int] = {}
+        for name in self.devices.by_vm.get(key, ()):
+            c = self.devices.by_name[name].status.class_name
+            held[c] = held.get(c, 0) + 1
+        return resolve(order, alternatives, held)
+
+    def alternatives_of(self, key: str) -> tuple[str, ...]:
+        """The existing classes the order accepts in place of those its entries name."""
+        vm = self.vms.get(key)
+        if vm is not None:
+            return self._alternatives(vm) if vm.alternatives else ()
+        for v in self.live_vmis(key):
+            if v.vm_name is None and v.alternatives:
+                return self._alternatives(v)
+        return ()
+
+    def named_order(self, key: str) -> dict[str, int]:
+        """GPUs per class the order's entries name, before any alternative is taken."""
         vm = self.vms.get(key)
         if vm is not None:
             cached = self._orders.get(key)
@@ -369,6 +513,22 @@ class World:
         """A node new sets may go to: present, Ready, not cordoned."""
         node = self.nodes.get(name)
         return node is not None and node.ready and not node.unschedulable
+
+
+def demands_of(
+    order: dict[str, int], alternatives: tuple[str, ...], cpu_milli: int, memory_bytes: int
+) -> tuple[Demand, ...]:
+    """An order as the mix counts it: its interchangeable group as one demand accepting
+    each of its classes, every other class as a demand of its own."""
+    named = group(order, alternatives)
+    out: list[Demand] = []
+    if named:
+        gpus = sum(order[c] for c in named)
+        out.append(Demand(gpus, cpu_milli, memory_bytes, frozenset(alternatives)))
+    for c, n in sorted(order.items()):
+        if c not in named:
+            out.append(Demand(n, cpu_milli, memory_bytes, frozenset((c,))))
+    return tuple(out)
 
 
 def _put(store: dict[str, Any], key: str, obj: Any, deleted: bool) -> None:

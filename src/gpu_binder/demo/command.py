@@ -13,7 +13,6 @@ from rich.table import Table
 
 from gpu_binder.api.types import GPUUsageRecord
 from gpu_binder.demo import scenario, view
-from gpu_binder.sim.check import check_cluster
 from gpu_binder.sim.cluster import Cluster
 
 
@@ -26,12 +25,12 @@ def summary(c: Cluster) -> Table:
     t.add_column("what")
     t.add_column("count", justify="right")
     rows: list[tuple[str, object]] = [
-        ("devices bound for orders", reasons.get("GPUOrder", 0)),
-        ("devices bound on request (webhook)", reasons.get("GPURequest", 0)),
-        ("devices moved", reasons.get("GPUMove", 0)),
-        ("devices rebound after loss", reasons.get("GPURebind", 0)),
-        ("devices adopted", reasons.get("GPUAdopted", 0)),
-        ("devices released", reasons.get("GPUReleased", 0)),
+        ("orders bound", reasons.get("GPUOrder", 0)),
+        ("bound on a webhook's request", reasons.get("GPURequest", 0)),
+        ("sets moved", reasons.get("GPUMove", 0)),
+        ("rebound after a loss", reasons.get("GPURebind", 0)),
+        ("adopted", reasons.get("GPUAdopted", 0)),
+        ("releases", reasons.get("GPUReleased", 0)),
         ("devices lost", reasons.get("GPULost", 0)),
         (
             "bind requests answered / failed",
@@ -54,21 +53,24 @@ def summary(c: Cluster) -> Table:
 
 
 async def play(console: Console, live: bool, speed: float) -> int:
-    c = scenario.build()
-    c.t0 = c.clock()
+    c = await scenario.build()
     violations: list[str] = []
     total = len(scenario.ACTS)
-    printed = 0
+    printed = logged = 0
     with _live(console) if live else _Null() as lv:
         for i, act in enumerate(scenario.ACTS, 1):
             if not live:
                 console.print(f"\n== [{i}/{total}] {act.title}")
             await act.play(c)
-            violations += check_cluster(c)
+            violations += c.check()
             if live:
                 lv.update(view.frame(c, act.title, i, total), refresh=True)
                 time.sleep(1.2 / max(speed, 0.01))
             else:
+                for _, who, text in c.log.lines[logged:]:
+                    if who in ("demo", "webhook"):
+                        console.print(f"  {who}: {text}", highlight=False)
+                logged = len(c.log.lines)
                 for n in c.notes()[printed:]:
                     console.print(
                         f"  {n.type:<7} {n.reason:<16} {n.kind} {n.name}: {n.message}",

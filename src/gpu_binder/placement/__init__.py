@@ -1,22 +1,59 @@
-"""Choosing devices for an order: which node, which devices on it.
+"""Choosing devices for an order: which class, which node, which devices on it.
 
-Policies are small scoring functions over the nodes that fit, like kube-scheduler's
-Score plugins; topology picks the tightest domain on the chosen node.
+Policies are small scoring functions over the nodes that fit (GPUs, CPU and memory),
+like kube-scheduler's Score plugins (`policy`); the order mix the binder keeps tells a
+policy what a free GPU is worth (`mix`); an order may accept several classes
+(`options`); topology picks the tightest domain on the chosen node (`topology`).
 """
 
-from gpu_binder.placement.choose import Candidate, Fit, Placement, choose, rank
-from gpu_binder.placement.policy import POLICIES, Score, pack, spread
+from gpu_binder.placement.choose import (
+    Candidate,
+    Fit,
+    Placement,
+    Ranked,
+    choose,
+    first_placement,
+    fit,
+    main_class,
+    rank,
+    rank_key,
+)
+from gpu_binder.placement.mix import UNLIMITED, Demand, Mix, pressures
+from gpu_binder.placement.options import options, resolve
+from gpu_binder.placement.policy import (
+    LEAST_STRANDED,
+    POLICIES,
+    Outlook,
+    Score,
+    least_stranded,
+    pack,
+    spread,
+)
 from gpu_binder.placement.topology import pick_devices
 
 __all__ = [
+    "LEAST_STRANDED",
     "POLICIES",
+    "UNLIMITED",
     "Candidate",
+    "Demand",
     "Fit",
+    "Mix",
+    "Outlook",
     "Placement",
+    "Ranked",
     "Score",
     "choose",
+    "first_placement",
+    "fit",
+    "least_stranded",
+    "main_class",
+    "options",
     "pack",
     "pick_devices",
+    "pressures",
     "rank",
+    "rank_key",
+    "resolve",
     "spread",
 ]

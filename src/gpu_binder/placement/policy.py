@@ -1,24 +1,79 @@
-"""Placement policies: a score per fitting node; the highest score wins."""
+"""Placement policies: a score per fitting node; the highest score wins.
+
+Like kube-scheduler's Score plugins, a policy reads one node's fit (what the node has
+free, what the order takes) and an outlook on the cluster (the order mix, how scarce each
+class is); ties go to the fullest node, then the first name (see choose.rank).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from gpu_binder.placement.mix import Mix
 
 if TYPE_CHECKING:
     from gpu_binder.placement.choose import Fit
 
-Score = Callable[["Fit"], float]
+# How much one GPU stranded in expectation counts against taking a GPU of a class that
+# restricted orders will claim whole (pressure 1). Measured on the production trace
+# (docs/PLACEMENT.md): class scarcity must dominate, yet not blindly — an order's
+# fragmentation on a scarce-but-roomy class can beat a plentiful-but-cramped one.
+STRANDED_WEIGHT = 0.1
 
 
-def pack(fit: Fit) -> float:
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """What a policy may know of the cluster beyond the node it scores."""
+
+    mix: Mix = field(default_factory=Mix)
+    # Per class: the share of its free GPUs restricted orders will claim (mix.pressures).
+    pressure: Mapping[str, float] = field(default_factory=dict)
+    # Per class: its largest node size, which the mix's whole-node floor keeps whole.
+    whole: Mapping[str, int] = field(default_factory=dict)
+
+
+Score = Callable[["Fit", Outlook], float]
+
+
+def pack(fit: Fit, outlook: Outlook) -> float:
     """The fullest node that fits, so whole nodes stay free for whole-node orders."""
     return -float(fit.leftover)
 
 
-def spread(fit: Fit) -> float:
+def spread(fit: Fit, outlook: Outlook) -> float:
     """The emptiest node, so one node's failure touches the fewest VMs."""
     return float(fit.leftover)
 
 
-POLICIES: dict[str, Score] = {"Pack": pack, "Spread": spread}
+def stranding(fit: Fit, outlook: Outlook) -> float:
+    """How many more free GPUs of the node no order of the mix could use after this one."""
+    mix = outlook.mix
+    whole = outlook.whole.get(fit.class_name, 0)
+    before = mix.fragmentation(fit.class_name, fit.free, fit.cpu_free, fit.memory_free, whole)
+    after = mix.fragmentation(
+        fit.class_name,
+        fit.leftover,
+        fit.cpu_free - fit.cpu,
+        fit.memory_free - fit.memory,
+        whole,
+    )
+    return after - before
+
+
+def least_stranded(fit: Fit, outlook: Outlook) -> float:
+    """The node, and class, where the order strands the fewest GPUs.
+
+    Two costs in GPUs: the GPUs taken from a class in proportion to how much of it
+    restricted orders will claim (none for a class nobody needs), and the GPUs of the
+    node that become unusable for the mix (negative when the order fills a gap no other
+    order could). A whole node stays whole while a partly used node can take the order.
+    """
+    taken = fit.free - fit.leftover
+    scarcity = taken * outlook.pressure.get(fit.class_name, 0.0)
+    return -(scarcity + STRANDED_WEIGHT * stranding(fit, outlook))
+
+
+LEAST_STRANDED = "LeastStranded"
+POLICIES: dict[str, Score] = {LEAST_STRANDED: least_stranded, "Pack": pack, "Spread": spread}

@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 
 from gpu_binder.placement import POLICIES, Candidate, Fit, rank
+from gpu_binder.placement.choose import EMPTY_OUTLOOK
 from gpu_binder.replay.cluster import ReplayCluster
 from gpu_binder.replay.order import Order
 from gpu_binder.replay.policy import Policy
@@ -37,7 +38,9 @@ def binder_policy(workload: Sequence[Order]) -> Policy:
         for model, candidates in by_model.items():
             fits = rank({model: order.gpus}, candidates, score)
             if fits and (
-                best is None or (-score(fits[0]), fits[0].node) < (-score(best), best.node)
+                best is None
+                or (-score(fits[0], EMPTY_OUTLOOK), fits[0].node)
+                < (-score(best, EMPTY_OUTLOOK), best.node)
             ):
                 best = fits[0]
         return None if best is None else best.node

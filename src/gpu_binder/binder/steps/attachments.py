@@ -18,7 +18,7 @@ from gpu_binder.binder.world import vm_key_of_vmi
 
 def attachments(ctx: Context) -> None:
     _detach_ended(ctx)
-    for vmi in sorted(ctx.world.vmis.values(), key=lambda v: v.key):
+    for vmi in ctx.scope.vmis(ctx.world):
         if vmi.live and vmi.node_name:
             _attach(ctx, vmi)
 
@@ -31,7 +31,7 @@ def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
 
 def _detach_ended(ctx: Context) -> None:
     world = ctx.world
-    for name in sorted(world.devices.attached):
+    for name in ctx.scope.devices_of_interest(world, world.devices.attached):
         d = world.devices.by_name[name]
         att = d.status.attachment
         assert att is not None

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_binder.api.types import BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.placing import class_policy
 from gpu_binder.binder.steps.sets import set_node
+from gpu_binder.placement import main_class, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +39,42 @@ def current_set(ctx: Context, key: str) -> list[GPUDevice]:
 
 
 def missing(order: Mapping[str, int], have: list[GPUDevice]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for d in have:
-        counts[d.status.class_name] = counts.get(d.status.class_name, 0) + 1
+    counts = held(have)
     return {c: n - counts.get(c, 0) for c, n in order.items() if n > counts.get(c, 0)}
 
 
+def held(devs: list[GPUDevice]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for d in devs:
+        counts[d.status.class_name] = counts.get(d.status.class_name, 0) + 1
+    return counts
+
+
 def complete(
-    ctx: Context, key: str, order: Mapping[str, int], reason: BindReason, may_move: bool
+    ctx: Context,
+    key: str,
+    order: Mapping[str, int],
+    reason: BindReason,
+    may_move: bool,
+    alternatives: Sequence[str] | None = None,
 ) -> Outcome:
+    """Bind what the order's set lacks, on the set's node or whole elsewhere.
+
+    `alternatives` are classes that may serve the order instead (a bind request says
+    which); None reads them from the order's VM. A set that holds devices of one of them
+    is completed in that class.
+    """
+    if alternatives is None:
+        alternatives = ctx.world.alternatives_of(key)
     have = current_set(ctx, key)
+    if alternatives:
+        order = resolve(order, alternatives, held(have))
     need = missing(order, have)
     node = set_node(have) if have else ""
     if not need:
         return Outcome(node, tuple(sorted(d.metadata.name for d in have)), "")
     if have:
-        placed = ops.place(ctx, need, only=node)
+        placed = ops.place(ctx, need, only=node, key=key)
         if placed is not None:
             for d in placed.devices:
                 ops.bind(ctx, d, key, reason, f"completes the set on {node}")
@@ -63,11 +85,11 @@ def complete(
                 "",
                 (),
                 f"{ops.describe(need)} more needed on {node}, where the VM "
-                f"runs; {ops.shortfall(ctx, need)}",
+                f"runs; {ops.shortfall(ctx, need, key)}",
             )
-        placed = ops.place(ctx, order, exclude=node)
+        placed = ops.place(ctx, order, exclude=node, key=key, alternatives=alternatives)
         if placed is None:
-            return Outcome("", (), ops.shortfall(ctx, order))
+            return Outcome("", (), ops.shortfall(ctx, order, key))
         for d in placed.devices:
             ops.bind(
                 ctx,
@@ -79,16 +101,13 @@ def complete(
         for d in have:
             ops.release(ctx, d, f"the set moved to {placed.node}")
         return Outcome(placed.node, tuple(sorted(d.metadata.name for d in placed.devices)), "")
-    placed = ops.place(ctx, order)
+    placed = ops.place(ctx, order, key=key, alternatives=alternatives)
     if placed is None:
-        return Outcome("", (), ops.shortfall(ctx, order))
-    policy = _policy(ctx, order)
+        return Outcome("", (), ops.shortfall(ctx, order, key))
+    taken = held(list(placed.devices))
+    why = f"{ops.describe(taken)} placed by policy {class_policy(ctx, main_class(order))}"
+    if taken.keys() != order.keys():
+        why += f" (the VM accepts any of {', '.join(sorted(alternatives))})"
     for d in placed.devices:
-        ops.bind(ctx, d, key, reason, f"{ops.describe(order)} placed by policy {policy}")
+        ops.bind(ctx, d, key, reason, why)
     return Outcome(placed.node, tuple(sorted(d.metadata.name for d in placed.devices)), "")
-
-
-def _policy(ctx: Context, order: Mapping[str, int]) -> str:
-    first = max(order, key=lambda c: (order[c], c))
-    cls = ctx.world.classes.get(first)
-    return cls.spec.placement.policy if cls is not None else "Pack"

@@ -37,7 +37,13 @@ def move_reason(ctx: Context, key: str, node: str, devs: list[GPUDevice]) -> str
 def moves(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.clean.setdefault("moves", {})
-    for key in sorted(world.devices.by_vm):
+    blocked = ctx.memory.blocked_moves
+    keys = set(ctx.scope.set_keys(world))
+    if blocked and ctx.memory.blocked_checked != world.capacity_gen:
+        # Something freed: a set that could not move may move now.
+        ctx.memory.blocked_checked = world.capacity_gen
+        keys |= blocked & set(world.devices.by_vm)
+    for key in sorted(keys):
         cached = clean.get(key)
         if isinstance(cached, tuple) and _still(ctx, key, cached):
             continue
@@ -47,32 +53,37 @@ def moves(ctx: Context) -> None:
         node = set_node(devs)
         why = move_reason(ctx, key, node, devs)
         if not why:
+            blocked.discard(key)
             ctx.unsay(f"move/{key}")
             clean[key] = _signature(ctx, key, node)
             continue
         order = world.order_of(key)
-        vm = world.vms.get(key)
-        wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
-        only = wanted if wanted and wanted != node else None
-        placed = ops.place(ctx, order, only=only, exclude=node)
-        if placed is None:
-            target = f" to {only}" if only else ""
-            ctx.say(
-                f"move/{key}",
-                ops.vm_note(
-                    ctx,
-                    key,
-                    "GPUMoveBlocked",
-                    f"{why}, but the set cannot move{target}: {ops.shortfall(ctx, order)}",
-                    warning=True,
-                ),
-            )
+        refusal = relocate(ctx, key, order, devs, node, why)
+        if refusal:
+            blocked.add(key)
+            ctx.say(f"move/{key}", ops.vm_note(ctx, key, "GPUMoveBlocked", refusal, warning=True))
             continue
+        blocked.discard(key)
         ctx.unsay(f"move/{key}")
-        for d in placed.devices:
-            ops.bind(ctx, d, key, BindReason.MOVE, f"{why}; moved from {node}")
-        for d in devs:
-            ops.release(ctx, d, f"{why}; the set moved to {placed.node}")
+
+
+def relocate(
+    ctx: Context, key: str, order: dict[str, int], devs: list[GPUDevice], node: str, why: str
+) -> str:
+    """Move the set whole off node (to the node its VM asks for, if it does): bind on the
+    target first, then release the old devices. Returns why it cannot, or ""."""
+    vm = ctx.world.vms.get(key)
+    wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
+    only = wanted if wanted and wanted != node else None
+    placed = ops.place(ctx, order, only=only, exclude=node)
+    if placed is None:
+        target = f" to {only}" if only else ""
+        return f"{why}, but the set cannot move{target}: {ops.shortfall(ctx, order)}"
+    for d in placed.devices:
+        ops.bind(ctx, d, key, BindReason.MOVE, f"{why}; moved from {node}")
+    for d in devs:
+        ops.release(ctx, d, f"{why}; the set moved to {placed.node}")
+    return ""
 
 
 def _signature(ctx: Context, key: str, node: str) -> tuple[object, ...]:

@@ -8,14 +8,30 @@ from gpu_binder.api.types import BindReason, GPUDevice
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.steps.completion import complete, current_set, missing
+from gpu_binder.binder.steps.status import largest_free_set
 
 
 def order_keys(ctx: Context) -> list[str]:
+    """Every order in a full sweep; else the changed ones and those waiting for room."""
     world = ctx.world
-    keys = [k for k, vm in world.vms.items() if vm.metadata.deletion_timestamp is None]
-    for vmi in world.vmis.values():
-        if vmi.vm_name is None and vmi.live:
-            keys.append(vmi.key)
+    if ctx.scope.full:
+        candidates: list[str] = list(world.vms)
+        candidates += [v.key for v in world.vmis.values() if v.vm_name is None]
+    else:
+        changed = ctx.scope.changed_keys(world)
+        if ctx.memory.unplaceable_checked != world.capacity_gen:
+            # Something freed: orders that found no room may find it now.
+            ctx.memory.unplaceable_checked = world.capacity_gen
+            changed = changed | set(ctx.memory.unplaceable)
+        candidates = sorted(changed)
+    keys = []
+    for k in candidates:
+        vm = world.vms.get(k)
+        if vm is not None:
+            if vm.metadata.deletion_timestamp is None:
+                keys.append(k)
+        elif any(v.vm_name is None for v in world.live_vmis(k)):
+            keys.append(k)
     return keys
 
 
@@ -45,11 +61,16 @@ def stopped_since(ctx: Context, key: str, devs: list[GPUDevice]) -> datetime | N
 
 def orders(ctx: Context) -> None:
     world = ctx.world
-    todo: list[tuple[str, str, dict[str, int]]] = []
+    todo: list[tuple[datetime, str, dict[str, int]]] = []
     clean = ctx.memory.clean.setdefault("orders", {})
+    unplaceable = ctx.memory.unplaceable
     for key in order_keys(ctx):
+        memo = unplaceable.get(key)
+        if memo is not None and memo == _memo(ctx, key):
+            continue  # it failed, and nothing freed or changed since
         signature = (world.devices.key_gen.get(key), world.class_gen)
-        if clean.get(key) == signature:
+        cached = clean.get(key)
+        if isinstance(cached, tuple) and cached[0] == signature and ctx.now < cached[1]:
             continue
         order = world.order_of(key)
         if not order:
@@ -58,17 +79,21 @@ def orders(ctx: Context) -> None:
         vm = world.vms.get(key)
         devs = world.devices.set_of(key)
         stopped = not live and not (vm is not None and vm.running)
+        deadline = datetime.max.replace(tzinfo=ctx.now.tzinfo)
         if stopped:
             limit = release_after(ctx, order)
             since = stopped_since(ctx, key, devs)
-            if limit is not None and since is not None and ctx.now - since >= limit:
-                for d in devs:
-                    ops.release(ctx, d, f"the VM has been stopped for longer than {limit}")
-                continue
+            if limit is not None and since is not None:
+                if ctx.now - since >= limit:
+                    for d in devs:
+                        ops.release(ctx, d, f"the VM has been stopped for longer than {limit}")
+                    if not devs:
+                        clean[key] = (signature, deadline)  # until it starts or changes
+                    continue
+                deadline = since + limit  # the reservation runs out then, with no event
         if not missing(order, current_set(ctx, key)):
             ctx.memory.unplaceable.pop(key, None)
-            if not stopped or release_after(ctx, order) is None:
-                clean[key] = signature  # only a clock could change this decision
+            clean[key] = (signature, deadline)
             continue
         running_on = {v.node_name for v in live if v.node_name}
         if running_on and not any(d.spec.node_name in running_on for d in devs):
@@ -77,20 +102,47 @@ def orders(ctx: Context) -> None:
             # adopts the VMI's devices on its own node (after attachmentGrace).
             continue
         created = vm.metadata.creation_timestamp if vm is not None else None
-        todo.append(((created or ctx.now).isoformat(), key, order))
+        todo.append((created or ctx.now, key, order))
     todo.sort()
+    largest: dict[str, int] = {}
     for _, key, order in todo:
-        if ctx.memory.unplaceable.get(key) == world.capacity_gen:
-            continue  # nothing freed since it last failed; a resync would only repeat it
+        if _hopeless(ctx, key, order, largest):
+            continue
         outcome = complete(ctx, key, order, BindReason.ORDER, may_move=not world.live_vmis(key))
+        largest.clear()  # a bind changes what is free
         if outcome.ok:
             ctx.memory.unplaceable.pop(key, None)
             ctx.unsay(f"order/{key}")
         else:
-            ctx.memory.unplaceable[key] = world.capacity_gen
+            ctx.memory.unplaceable[key] = _memo(ctx, key)
             ctx.say(
                 f"order/{key}",
                 ops.vm_note(
                     ctx, key, "GPUUnplaceable", f"cannot bind: {outcome.message}", warning=True
                 ),
             )
+
+
+def _hopeless(ctx: Context, key: str, order: dict[str, int], largest: dict[str, int]) -> bool:
+    """An order that failed before and that no node's free devices could hold now.
+
+    Retrying it would cost a search of every node and say what it said before.
+    """
+    if key not in ctx.memory.unplaceable:
+        return False
+    if ctx.memory.unplaceable[key] == _memo(ctx, key):
+        return True  # nothing freed and nothing ordered anew since it last failed
+    have = current_set(ctx, key)
+    need = missing(order, have)
+    for class_name, count in need.items():
+        if class_name not in largest:
+            largest[class_name] = largest_free_set(ctx, class_name)
+        if largest[class_name] >= count:
+            return False
+    ctx.memory.unplaceable[key] = _memo(ctx, key)
+    return True
+
+
+def _memo(ctx: Context, key: str) -> tuple[int, int | None, int]:
+    w = ctx.world
+    return (w.capacity_gen, w.devices.key_gen.get(key), w.class_gen)

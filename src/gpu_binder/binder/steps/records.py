@@ -20,7 +20,7 @@ RECORD_LABEL_VM = "gpu.cozystack.io/vm"
 
 def usage_records(ctx: Context) -> None:
     world = ctx.world
-    for name in sorted(world.devices.attached):
+    for name in ctx.scope.devices_of_interest(world, world.devices.attached):
         d = world.devices.by_name[name]
         att = d.status.attachment
         if att is None or not in_use(ctx, d):
@@ -29,7 +29,13 @@ def usage_records(ctx: Context) -> None:
         if f"{att.vmi.namespace}/{rname}" in world.records:
             continue
         ctx.plan.write("create", _open(d, rname))
-    for key in sorted(world.open_records):
+    keys: list[str] = []
+    if ctx.scope.full:
+        keys = sorted(world.open_records)
+    else:
+        for name in ctx.scope.devices_of_interest(world, set(world.open_by_device)):
+            keys.extend(sorted(world.open_by_device[name]))
+    for key in keys:
         rec = world.records[key]
         dev = world.devices.get(rec.spec.device)
         att = dev.status.attachment if dev is not None else None

@@ -7,6 +7,8 @@ from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.steps.completion import complete
+from gpu_binder.binder.steps.moves import move_reason, relocate
+from gpu_binder.binder.steps.sets import set_node
 
 
 def bind_requests(ctx: Context) -> None:
@@ -30,6 +32,18 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
     if vm is not None and req.spec.vm.uid and vm.metadata.uid != req.spec.vm.uid:
         return _reply(ctx, req, "", (), f"VM {req.spec.vm.name} was replaced by a newer one")
     live = [v for v in world.live_vmis(key) if v.metadata.name != req.spec.vmi.name]
+    devs = world.devices.set_of(key)
+    if devs and not live:
+        # A set on a node the VMI cannot start on (cordoned, not Ready, ...) moves first:
+        # admitted there, the VMI would never be scheduled, and as a live VMI it would
+        # hold the set in place for good. The moves step may not have run since.
+        node = set_node(devs)
+        why = move_reason(ctx, key, node, devs)
+        blocked = relocate(ctx, key, order, devs, node, why) if why else ""
+        if blocked:
+            _reply(ctx, req, "", (), blocked)
+            ctx.plan.note(ops.vm_note(ctx, key, "GPURefused", blocked, warning=True))
+            return
     outcome = complete(ctx, key, order, BindReason.REQUEST, may_move=not live)
     _reply(ctx, req, outcome.node, outcome.devices, outcome.message)
     if not outcome.ok:

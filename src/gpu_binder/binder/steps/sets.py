@@ -27,7 +27,7 @@ def set_node(devs: list[GPUDevice]) -> str:
 
 def sets(ctx: Context) -> None:
     world = ctx.world
-    for key in sorted(world.devices.by_vm):
+    for key in ctx.scope.set_keys(world):
         signature = (world.devices.key_gen.get(key), world.class_gen)
         if ctx.is_clean("sets", key, signature):
             continue
@@ -86,8 +86,8 @@ def _normalize(ctx: Context, key: str) -> bool:
     return False
 
 
-def _keep_rank(d: GPUDevice) -> tuple[int, int, str, str]:
+def _keep_rank(d: GPUDevice) -> tuple[int, int, float, str]:
     in_use = 0 if d.status.attachment is not None else 1
     lost = 1 if d.status.phase == Phase.LOST else 0
-    bound_at = d.status.binding.bound_at.isoformat() if d.status.binding else ""
+    bound_at = d.status.binding.bound_at.timestamp() if d.status.binding else 0.0
     return (in_use, lost, bound_at, d.metadata.name)

@@ -148,7 +148,14 @@ def _degraded(ctx: Context) -> set[str]:
         node = world.nodes.get(node_name)
         if node is None or not node.ready:
             continue
-        short = _shortfall(ctx, node.allocatable, [world.devices.by_name[n] for n in names])
+        cached = m.shortfalls.get(node_name)
+        gen = (world.devices.node_gen.get(node_name), world.class_gen)
+        if cached is not None and cached[0] is node and cached[1] == gen:
+            short = cached[2]
+        else:
+            devs = [world.devices.by_name[n] for n in names]
+            short = _shortfall(ctx, node.allocatable, devs)
+            m.shortfalls[node_name] = (node, gen, short)
         # The condition this binder set survives a restart that its memory does not.
         reported = _reported_degraded(node)
         if not short:

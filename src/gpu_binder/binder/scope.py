@@ -1,0 +1,84 @@
+"""What a pass looks at: everything (a full sweep), or only what changed since the last pass.
+
+Events touch order keys, nodes and devices as they arrive; an incremental pass takes
+those and decides only about them. A full sweep runs on every resync, so a grace period
+that ends with no event is noticed at most one resync late, as in the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.binder.world import World
+
+
+@dataclass
+class Scope:
+    full: bool
+    keys: set[str] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    devices: set[str] = field(default_factory=set)
+
+    @classmethod
+    def take(cls, world: World, full: bool) -> Scope:
+        """The changes since the last pass; they are the world's no more."""
+        d = world.devices
+        scope = cls(full, d.touched_keys, d.touched_nodes, d.touched_devices)
+        d.touched_keys, d.touched_nodes, d.touched_devices = set(), set(), set()
+        if full:
+            world.needs_full = False
+        return scope
+
+    def give_back(self, world: World) -> None:
+        """An aborted pass decided nothing for sure: the next one looks again."""
+        if self.full:
+            world.needs_full = True
+        d = world.devices
+        d.touched_keys |= self.keys
+        d.touched_nodes |= self.nodes
+        d.touched_devices |= self.devices
+
+    # Changes this pass made itself count too: a later step decides about what an earlier
+    # step wrote (an attachment cleared, then its record closed).
+    def changed_keys(self, world: World) -> set[str]:
+        return self.keys | world.devices.touched_keys
+
+    def changed_nodes(self, world: World) -> set[str]:
+        return self.nodes | world.devices.touched_nodes
+
+    def changed_devices(self, world: World) -> set[str]:
+        return self.devices | world.devices.touched_devices
+
+    def set_keys(self, world: World) -> list[str]:
+        """Order keys holding devices that this pass decides about."""
+        by_vm = world.devices.by_vm
+        if self.full:
+            return sorted(by_vm)
+        keys = {k for k in self.changed_keys(world) if k in by_vm}
+        for node in self.changed_nodes(world):
+            for name in world.devices.names_on(node):
+                b = world.devices.by_name[name].status.binding
+                if b is not None:
+                    keys.add(b.vm.key)
+        return sorted(keys)
+
+    def vmis(self, world: World) -> list[VirtualMachineInstance]:
+        if self.full:
+            return sorted(world.vmis.values(), key=lambda v: v.key)
+        out = []
+        for key in self.changed_keys(world):
+            for vkey in world.vmis_by_order.get(key, ()):
+                out.append(world.vmis[vkey])
+        return sorted(out, key=lambda v: v.key)
+
+    def devices_of_interest(self, world: World, among: set[str]) -> list[str]:
+        """Names in `among` that changed, or whose order or node changed."""
+        if self.full:
+            return sorted(among)
+        names = among & self.changed_devices(world)
+        for key in self.changed_keys(world):
+            names |= among & world.devices.by_vm.get(key, set())
+        for node in self.changed_nodes(world):
+            names |= among & world.devices.names_on(node)
+        return sorted(names)
