@@ -34,6 +34,11 @@ test: lint typecheck unit
 crds: $(STAMP)
 	$(BIN)/python -m gpu_binder.api.crds deploy/crds
 
+# A local API server with simulated GPU nodes, gpu-binder and its webhook running against
+# it; prints the kubeconfig to use with kubectl (Ctrl-C stops everything).
+dev-cluster: $(STAMP)
+	$(BIN)/python -m gpu_binder.devcluster
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 

@@ -7,13 +7,17 @@ import io
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from fake_sysfs import H100_GPUS, hgx_h100, l40s_x4
 
 from gpu_binder.agent.command import dry_run, main_agent, node_name, parser, run
+from gpu_binder.api.kinds import T
 from gpu_binder.api.types import GPUDevice
+from gpu_binder.client.errors import Forbidden
+from gpu_binder.client.interface import ListResult
 from gpu_binder.sim.memory import MemoryClient
 
 
@@ -62,8 +66,10 @@ def test_dry_run_on_a_root_without_sysfs_fails_with_the_reason(
 
 
 def test_without_an_api_client_only_a_dry_run_is_possible(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A build without gpu_binder.kube, the real client.
+    monkeypatch.setattr("gpu_binder.agent.command._default_connect", lambda: None)
     assert main_agent(["--root", str(tmp_path), "--once"]) == 2
     assert "use --dry-run" in capsys.readouterr().err
 
@@ -98,3 +104,54 @@ async def test_sighup_rescans_at_once_and_sigterm_stops_the_agent(tmp_path: Path
     await asyncio.wait_for(until(5), 5)
     os.kill(os.getpid(), signal.SIGTERM)
     assert await asyncio.wait_for(task, 5) == 0
+
+
+class ClosableClient(MemoryClient):
+    closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_the_client_is_closed_when_the_agent_ends(tmp_path: Path) -> None:
+    hgx_h100(tmp_path)
+    client = ClosableClient()
+
+    async def connect(kubeconfig: str | None) -> MemoryClient:
+        return client
+
+    argv = ["--root", str(tmp_path), "--node", "n1", "--once", "--no-device-plugin"]
+    assert main_agent(argv, connect=connect) == 0
+    assert client.closed
+
+
+def test_an_unusable_kubeconfig_is_said_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hgx_h100(tmp_path)
+    missing = tmp_path / "missing.kubeconfig"
+    argv = ["--root", str(tmp_path), "--once", "--kubeconfig", str(missing)]
+    assert main_agent(argv) == 1
+    assert capsys.readouterr().err == (
+        f"gpu-binder agent: no API connection: kubeconfig {missing} does not exist\n"
+    )
+
+
+class RefusingClient(MemoryClient):
+    async def list(self, kind: type[T], *args: Any, **kwargs: Any) -> ListResult[T]:
+        raise Forbidden(f"{kind.__name__} is forbidden: no RBAC for the agent")
+
+
+def test_a_refused_read_ends_a_once_pass_with_the_apis_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hgx_h100(tmp_path)
+
+    async def connect(kubeconfig: str | None) -> MemoryClient:
+        return RefusingClient()
+
+    argv = ["--root", str(tmp_path), "--node", "n1", "--once", "--no-device-plugin"]
+    assert main_agent(argv, connect=connect) == 1
+    assert capsys.readouterr().err.endswith(
+        "gpu-binder agent: GPUDevice is forbidden: no RBAC for the agent\n"
+    )

@@ -9,18 +9,29 @@ except under CI=true, where they fail instead.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
+from gpu_binder.binder.config import Config
 from gpu_binder.envtest import (
     AssetsBuildError,
     AssetsUnavailable,
     ControlPlane,
     ControlPlaneAssets,
     ensure_assets,
+    free_port,
 )
+from gpu_binder.kube import KubeClient, connect
+from gpu_binder.kube.leaderelection import Timings
+from gpu_binder.kube.manager import Manager, Options, WebhookOptions
 
 _resolved: ControlPlaneAssets | str | None = None  # assets, or the reason there are none
 
@@ -67,3 +78,89 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
         pytest.skip(assets)
     with ControlPlane(assets) as cp:
         yield cp
+
+
+# --- gpu-binder against the control plane ---------------------------------------------
+# The binder runs in the test's event loop, impersonating its own ServiceAccount, so every
+# test also proves the ClusterRole in deploy/binder/rbac.yaml is enough. Its webhook
+# listens on one port for the session, where the MutatingWebhookConfiguration of
+# deploy/binder/webhook.yaml points, with a serving certificate of the control plane's CA.
+
+
+@dataclass(frozen=True)
+class BinderSetup:
+    cp: ControlPlane
+    webhook_port: int
+    cert_file: Path
+    key_file: Path
+
+
+@pytest.fixture(scope="session")
+def binder_setup(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> BinderSetup:
+    from realcluster import DEPLOY, install, put
+
+    cp = control_plane
+    cp.install_crds([DEPLOY / "crds", DEPLOY / "kubevirt" / "crds.yaml"])
+    install(cp, DEPLOY / "binder" / "rbac.yaml")
+    port = free_port()
+    certs = tmp_path_factory.mktemp("webhook-certs")
+    cert_file, key_file = cp.certs.ca.issue_serving("gpu-binder-webhook").write(certs, "tls")
+    config = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
+    hook = config["webhooks"][0]
+    hook["clientConfig"] = {
+        "url": f"https://127.0.0.1:{port}/mutate",
+        "caBundle": base64.b64encode(cp.ca_pem).decode(),
+    }
+    put(cp, config)
+    return BinderSetup(cp, port, cert_file, key_file)
+
+
+@pytest.fixture
+async def admin(binder_setup: BinderSetup) -> AsyncIterator[KubeClient]:
+    async with await connect(str(binder_setup.cp.kubeconfig)) as client:
+        yield client
+
+
+StartBinder = Callable[..., Awaitable[Manager]]
+
+
+@pytest.fixture
+async def start_binder(binder_setup: BinderSetup) -> AsyncIterator[StartBinder]:
+    """start_binder(config=Config(...)): a running binder with its webhook; stopped after."""
+    from realcluster import BINDER_SA, uid
+
+    running: list[tuple[Manager, asyncio.Event, asyncio.Task[None], KubeClient]] = []
+
+    async def start(config: Config | None = None, client: KubeClient | None = None) -> Manager:
+        if client is None:
+            client = await connect(str(binder_setup.cp.kubeconfig), impersonate=BINDER_SA)
+        options = Options(
+            identity=f"test-{uid()}",
+            lease_name=f"gpu-binder-{uid()}",
+            timings=Timings(4.0, 3.0, 0.5),
+            webhook=WebhookOptions(
+                binder_setup.cert_file,
+                binder_setup.key_file,
+                host="127.0.0.1",
+                port=binder_setup.webhook_port,
+            ),
+            metrics_port=None,
+        )
+        manager = Manager(client, config or Config(resync=timedelta(seconds=1)), options)
+        stop = asyncio.Event()
+        task = asyncio.create_task(manager.run(stop))
+        running.append((manager, stop, task, client))
+        async with asyncio.timeout(20):
+            while not (manager.ready and manager.controller.passes):
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.02)
+        return manager
+
+    yield start
+    for _manager, stop, task, client in running:
+        stop.set()
+        await task
+        await client.close()

@@ -3,141 +3,26 @@ GPUDevices of its own node only, as the node in its pod-bound token says."""
 
 from __future__ import annotations
 
-import json
-import ssl
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
-from typing import Any
-
 import pytest
-import yaml
+from nodeagent import (
+    DEVICES,
+    Agent,
+    device,
+    install_agent_rights,
+    policy_enforced,
+    wait_for_policy,
+)
 
 from gpu_binder.envtest import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 
-REPO = Path(__file__).resolve().parents[2]
-AGENT = REPO / "deploy" / "agent"
-DEVICES = "/apis/gpu.cozystack.io/v1alpha1/gpudevices"
-PATHS = {
-    "Namespace": "/api/v1/namespaces",
-    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    "ValidatingAdmissionPolicy": (
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-    ),
-    "ValidatingAdmissionPolicyBinding": (
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
-    ),
-}
-
-
-def put(cp: ControlPlane, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """Create, or replace what a previous test left."""
-    created = cp.request("POST", path, obj)
-    if created.status == 409:
-        name = obj["metadata"]["name"]
-        current = cp.request("GET", f"{path}/{name}").json()
-        obj = {
-            **obj,
-            "metadata": {
-                **obj["metadata"],
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            },
-        }
-        created = cp.request("PUT", f"{path}/{name}", obj)
-    assert created.ok, created.body
-    result: dict[str, Any] = created.json()
-    return result
-
-
-def install(cp: ControlPlane, *files: str) -> None:
-    for file in files:
-        for doc in yaml.safe_load_all((AGENT / file).read_text()):
-            ns = doc["metadata"].get("namespace", "")
-            put(cp, PATHS[doc["kind"]].format(ns=ns), doc)
-
-
-class Agent:
-    """Requests as the agent's service account, with a token bound to its pod on a node."""
-
-    def __init__(self, cp: ControlPlane, node: str) -> None:
-        self.cp = cp
-        put(cp, "/api/v1/nodes", {"metadata": {"name": node}})
-        pod = put(
-            cp,
-            "/api/v1/namespaces/gpu-binder/pods",
-            {
-                "metadata": {"name": f"agent-{node}"},
-                "spec": {
-                    "nodeName": node,
-                    "serviceAccountName": "gpu-binder-agent",
-                    "containers": [{"name": "agent", "image": "gpu-binder:test"}],
-                },
-            },
-        )
-        request = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "boundObjectRef": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod["metadata"]["name"],
-                    "uid": pod["metadata"]["uid"],
-                },
-                "expirationSeconds": 3600,
-            },
-        }
-        answer = cp.request(
-            "POST",
-            "/api/v1/namespaces/gpu-binder/serviceaccounts/gpu-binder-agent/token",
-            request,
-        )
-        assert answer.status == 201, answer.body
-        self.token = answer.json()["status"]["token"]
-        self.ssl = ssl.create_default_context(cafile=str(cp.ca_file))
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.cp.url + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, context=self.ssl, timeout=30) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-
-def device(node: str, pci: str = "0000:18:00.0", **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "gpu.cozystack.io/v1alpha1",
-        "kind": "GPUDevice",
-        "metadata": {
-            "name": f"{node}-{pci.replace(':', '-').replace('.', '-')}",
-            "labels": {"gpu.cozystack.io/node": node},
-        },
-        "spec": {"nodeName": node, "pciAddress": pci, "deviceID": "0x2330", **spec},
-    }
-
 
 @pytest.fixture(scope="module")
 def agents(control_plane: ControlPlane) -> tuple[Agent, Agent]:
-    cp = control_plane
-    cp.install_crds([REPO / "deploy" / "crds"])
-    install(cp, "rbac.yaml", "validating-admission-policy.yaml")
-    a, b = Agent(cp, "node-a"), Agent(cp, "node-b")
-    # The policy takes effect once the API server has compiled it.
-    deadline = time.monotonic() + 30
-    while True:
-        status, _ = a.request("POST", f"{DEVICES}?dryRun=All", device("node-b"))
-        if status == 422 or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    install_agent_rights(control_plane)
+    a, b = Agent(control_plane, "node-a"), Agent(control_plane, "node-b")
+    wait_for_policy(lambda: policy_enforced(a))
     return a, b
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpu_binder.replay.arrival import draw_arrivals, run_arrival, shuffled_nodes, until_full
 from gpu_binder.replay.baselines import firstfit_policy, random_policy
+from gpu_binder.replay.policy import policy_run
 
 from .make import node, order
 
@@ -24,14 +25,14 @@ def test_arrivals_are_drawn_until_they_request_130_percent_of_capacity() -> None
 
 def test_figures_are_taken_when_arrived_requests_reach_capacity() -> None:
     arrivals = [order(name=f"vm{i}") for i in range(6)]
-    result = run_arrival(ONE_NODE, arrivals, firstfit_policy(arrivals), seed=42)
+    result = run_arrival(ONE_NODE, arrivals, policy_run(firstfit_policy), seed=42)
     assert (result.arrived_orders, result.unallocated_gpus, result.rejected_orders) == (4, 0, 0)
     assert result.rejected_orders_total == 2
 
 
 def test_the_order_that_reaches_capacity_counts_even_when_rejected() -> None:
     arrivals = [order(), order(), order(), order(gpus=2), order()]
-    result = run_arrival(ONE_NODE, arrivals, firstfit_policy(arrivals), seed=42)
+    result = run_arrival(ONE_NODE, arrivals, policy_run(firstfit_policy), seed=42)
     assert (result.arrived_orders, result.unallocated_gpus, result.rejected_orders) == (4, 1, 1)
     assert result.unallocated_gpu_pct == 25.0
 
@@ -43,7 +44,7 @@ def test_until_full_keeps_the_arrivals_up_to_the_one_reaching_capacity() -> None
 
 def test_the_curve_records_unallocated_gpus_at_each_percent_of_arrivals() -> None:
     arrivals = [order(gpus=1) for _ in range(5)]
-    curve = run_arrival(ONE_NODE, arrivals, firstfit_policy(arrivals), seed=42).curve
+    curve = run_arrival(ONE_NODE, arrivals, policy_run(firstfit_policy), seed=42).curve
     assert curve[24] == (25.0, 75.0)
     assert curve[99] == (100.0, 0.0)
     assert len(curve) == 125
@@ -65,8 +66,8 @@ def test_a_random_run_repeats_for_a_seed() -> None:
     nodes = [node(f"n{i}", gpus=2, model="AB"[i % 2]) for i in range(30)]
     workload = [order(gpus=1), order(gpus=2, cpu=30_000), order(models=frozenset({"A"}))]
     arrivals = draw_arrivals(workload, 60, seed=42)
-    first = run_arrival(nodes, arrivals, random_policy(workload), seed=42)
-    again = run_arrival(nodes, arrivals, random_policy(workload), seed=42)
+    first = run_arrival(nodes, arrivals, policy_run(random_policy), workload=workload, seed=42)
+    again = run_arrival(nodes, arrivals, policy_run(random_policy), workload=workload, seed=42)
     assert (first.curve, first.rejected_orders_total) == (again.curve, again.rejected_orders_total)
 
 
@@ -74,12 +75,13 @@ RUN_IN_CHILD = """
 from gpu_binder.replay.arrival import draw_arrivals, run_arrival
 from gpu_binder.replay.baselines import random_policy
 from gpu_binder.replay.order import Order
+from gpu_binder.replay.policy import policy_run
 from gpu_binder.replay.trace import Node
 nodes = [Node(f"n{i}", 64000, 256000, 2, "ABCDEFG"[i % 7]) for i in range(70)]
 models = frozenset("ABCDEF")
 workload = [Order("a", 1, 1000, 1000), Order("b", 1, 1000, 1000, models)]
 arrivals = draw_arrivals(workload, 140, seed=42)
-print(run_arrival(nodes, arrivals, random_policy(workload), seed=42).curve)
+print(run_arrival(nodes, arrivals, policy_run(random_policy), 42, workload).curve)
 """
 
 

@@ -22,6 +22,7 @@ from gpu_binder.agent.discovery import scan
 from gpu_binder.agent.pci import SysfsError
 from gpu_binder.agent.runner import AgentConfig, NodeAgent
 from gpu_binder.agent.sync import observe, plan
+from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import Client
 
 # Builds the API client from --kubeconfig (None: in-cluster); the CLI passes the real one.
@@ -112,6 +113,10 @@ async def run(args: argparse.Namespace, client: Client) -> int:
         except SysfsError as e:
             print(f"gpu-binder agent: {e}", file=sys.stderr)
             return 1
+        except ApiError as e:
+            # e.g. Forbidden on a read: the agent's ClusterRole is missing or too narrow.
+            print(f"gpu-binder agent: {e.message}", file=sys.stderr)
+            return 1
         finally:
             if plugins is not None:
                 await plugins.close()
@@ -152,6 +157,17 @@ def main_agent(argv: list[str] | None = None, connect: Connect | None = None) ->
         return 2
 
     async def main() -> int:
-        return await run(args, await make(args.kubeconfig))
+        try:
+            client = await make(args.kubeconfig)
+        except Exception as e:  # the factory's own error: no kubeconfig, no in-cluster config
+            print(f"gpu-binder agent: no API connection: {e}", file=sys.stderr)
+            return 1
+        try:
+            return await run(args, client)
+        finally:
+            # The real client holds an HTTP session; the in-memory one has nothing to close.
+            close: Callable[[], Awaitable[None]] | None = getattr(client, "close", None)
+            if close is not None:
+                await close()
 
     return asyncio.run(main())

@@ -145,20 +145,23 @@ class VirtualMachineInstance:
     cpu_milli: int = 0
     memory_bytes: int = 0
     alternatives: tuple[str, ...] = ()
+    # Derived once: every pass asks for them, many times.
+    key: str = field(init=False, compare=False, repr=False)
+    vm_name: str | None = field(init=False, compare=False, repr=False)
+    # The order it runs for: its VirtualMachine's key, or its own when it has none.
+    order_key: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
+    def __post_init__(self) -> None:
+        ns = self.metadata.namespace
+        object.__setattr__(self, "key", f"{ns}/{self.metadata.name}")
+        owner = self.metadata.owner("VirtualMachine")
+        # The owning VirtualMachine's name; None for a VMI that is its own order.
+        object.__setattr__(self, "vm_name", owner.name if owner else None)
+        object.__setattr__(self, "order_key", f"{ns}/{owner.name}" if owner else self.key)
 
     @property
     def live(self) -> bool:
         return self.phase not in ENDED_PHASES and self.metadata.deletion_timestamp is None
-
-    @property
-    def vm_name(self) -> str | None:
-        """The owning VirtualMachine's name; None for a VMI that is its own order."""
-        owner = self.metadata.owner("VirtualMachine")
-        return owner.name if owner else None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> VirtualMachineInstance:

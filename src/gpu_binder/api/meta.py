@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,6 +91,7 @@ def utc(t: datetime) -> datetime:
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
+@functools.lru_cache(maxsize=256)
 def parse_duration(text: str) -> timedelta:
     """A Go duration such as `90s`, `1h30m` or `500ms` (the form metav1.Duration uses)."""
     if not text or _DURATION.sub("", text) != "":

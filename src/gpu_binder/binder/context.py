@@ -22,7 +22,7 @@ class Memory:
     degraded: set[str] = field(default_factory=set)
     # Per node: the shortfall last computed, with the node object and device generation
     # it was computed from, so an unchanged node costs a lookup.
-    shortfalls: dict[str, tuple[object, tuple[int | None, int], set[str]]] = field(
+    shortfalls: dict[str, tuple[object, tuple[int | None, int], set[str], bool]] = field(
         default_factory=dict
     )
     # When a device was first seen Unhealthy, and a node first seen gone.

@@ -82,6 +82,7 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
     if len(opts) > 1:
         capacity = {c: sum(n.values()) for c, n in devices.counts.items() if c}
         free = {c: devices.free_count.get(c, 0) for c in capacity}
+        world.mix.set_shapes(devices.shapes())
         pressure = pressures(world.mix.claims(capacity), free, sum(free.values()))
     return Outlook(world.mix, pressure, {c: devices.whole(c) for c in classes})
 

@@ -39,6 +39,12 @@ class Write:
     placement: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Savepoint:
+    writes: dict[tuple[str, str], tuple[Any, int, bool]]
+    notes: int
+
+
 class Plan:
     """Writes of one step in the order they were decided, one per object."""
 
@@ -82,6 +88,34 @@ class Plan:
         w.obj = obj
         if note is not None:
             w.notes.append(note)
+
+    def savepoint(self) -> Savepoint:
+        """Where the plan stands, to take back decisions that turn out to be half of one."""
+        return Savepoint(
+            {k: (w.obj, len(w.notes), w.placement) for k, w in self.writes.items()},
+            len(self.notes),
+        )
+
+    def rollback(self, sp: Savepoint) -> None:
+        """Undo every write and note staged after sp, in the world too."""
+        for key in list(self.writes)[::-1]:
+            w = self.writes[key]
+            kept = sp.writes.get(key)
+            if kept is None:
+                del self.writes[key]
+                if isinstance(w.obj, GPUDevice):
+                    if w.before is None:
+                        self.world.devices.remove(w.obj.metadata.name)
+                    else:
+                        self.world.put_device(w.before)
+                continue
+            obj, notes, placement = kept
+            if w.obj is not obj:
+                w.obj, w.placement = obj, placement
+                if isinstance(obj, GPUDevice):
+                    self.world.put_device(obj)
+            del w.notes[notes:]
+        del self.notes[sp.notes :]
 
     def note(self, note: Note) -> None:
         """An Event with no write: a refusal, or a decision not to act."""

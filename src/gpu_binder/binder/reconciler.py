@@ -23,6 +23,7 @@ from gpu_binder.binder.plan import Note, Plan, Write
 from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.steps import (
     attachments,
+    defrag,
     devices,
     moves,
     orders,
@@ -99,6 +100,7 @@ class Reconciler:
                     or now - self.last_full >= self.config.resync
                 )
             self.scope = Scope.take(self.world, full)
+            self.scope.initial = self.last_full is None
             try:
                 await self._full_pass(now, result)
             finally:
@@ -136,7 +138,9 @@ class Reconciler:
             await self._run(attachments.attachments, now, result)
             await self._run(sets.sets, now, result)
         if enabled and not result.aborted:
-            for step in (requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders):
+            placement = (requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders)
+            # Defragmentation last: it moves stopped sets for orders the others left waiting.
+            for step in (*placement, defrag.defrag):
                 await self._run(step, now, result)
                 if result.aborted:
                     break

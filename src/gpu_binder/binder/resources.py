@@ -18,8 +18,9 @@ Amount = tuple[int, int]  # (CPU millicores, memory bytes)
 class NodeResources:
     """Allocatable and used CPU and memory per node; `changed(node, freed)` on every change."""
 
-    def __init__(self, changed: Callable[[str, bool], None] | None = None) -> None:
-        self.changed = changed or (lambda _node, _freed: None)
+    def __init__(self, changed: Callable[..., None] | None = None) -> None:
+        # changed(node, freed, allocatable=False): freed when more is free than before.
+        self.changed = changed or (lambda *_args, **_kw: None)
         self.allocatable: dict[str, tuple[int | None, int | None]] = {}
         self.requests: dict[str, Amount] = {}
         # Devices an order holds per node, and what it was counted with there.
@@ -38,6 +39,11 @@ class NodeResources:
             UNLIMITED if memory is None else memory - used_memory,
         )
 
+    def allocatable_of(self, node: str) -> Amount:
+        """What the node offers in all; UNLIMITED for what it does not report."""
+        cpu, memory = self.allocatable.get(node, (None, None))
+        return (UNLIMITED if cpu is None else cpu, UNLIMITED if memory is None else memory)
+
     def request(self, key: str) -> Amount:
         return self.requests.get(key, (0, 0))
 
@@ -55,7 +61,7 @@ class NodeResources:
             self.allocatable.pop(node, None)
         else:
             self.allocatable[node] = (cpu, memory)
-        self.changed(node, _more(old[0], cpu) or _more(old[1], memory))
+        self.changed(node, _more(old[0], cpu) or _more(old[1], memory), allocatable=True)
 
     def set_request(self, key: str, amount: Amount) -> None:
         """What the order asks for now; the nodes it counts on are counted again."""

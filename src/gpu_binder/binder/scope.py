@@ -7,6 +7,7 @@ that ends with no event is noticed at most one resync late, as in the reference.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
@@ -19,6 +20,15 @@ class Scope:
     keys: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     devices: set[str] = field(default_factory=set)
+    # The first pass of a binder: everything is new to it.
+    initial: bool = False
+
+    def events_only(self) -> Scope:
+        """For steps no clock can change (usage records): a sweep adds nothing past the
+        first pass, so they look at changes even in a full sweep."""
+        if not self.full or self.initial:
+            return self
+        return Scope(False, self.keys, self.nodes, self.devices)
 
     @classmethod
     def take(cls, world: World, full: bool) -> Scope:
@@ -54,7 +64,9 @@ class Scope:
         """Order keys holding devices that this pass decides about."""
         by_vm = world.devices.by_vm
         if self.full:
-            return sorted(by_vm)
+            # Cache order, not sorted: the same events give the same order, and a sweep of
+            # every key must not pay for sorting them.
+            return list(by_vm)
         keys = {k for k in self.changed_keys(world) if k in by_vm}
         for node in self.changed_nodes(world):
             for name in world.devices.names_on(node):
@@ -65,20 +77,21 @@ class Scope:
 
     def vmis(self, world: World) -> list[VirtualMachineInstance]:
         if self.full:
-            return sorted(world.vmis.values(), key=lambda v: v.key)
+            return list(world.vmis.values())
         out = []
         for key in self.changed_keys(world):
             for vkey in world.vmis_by_order.get(key, ()):
                 out.append(world.vmis[vkey])
         return sorted(out, key=lambda v: v.key)
 
-    def devices_of_interest(self, world: World, among: set[str]) -> list[str]:
+    def devices_of_interest(self, world: World, among: Collection[str]) -> list[str]:
         """Names in `among` that changed, or whose order or node changed."""
         if self.full:
-            return sorted(among)
-        names = among & self.changed_devices(world)
+            return list(among)
+        candidates = set(self.changed_devices(world))
+        by_vm = world.devices.by_vm
         for key in self.changed_keys(world):
-            names |= among & world.devices.by_vm.get(key, set())
+            candidates.update(by_vm.get(key, ()))
         for node in self.changed_nodes(world):
-            names |= among & world.devices.names_on(node)
-        return sorted(names)
+            candidates.update(world.devices.names_on(node))
+        return sorted(n for n in candidates if n in among)

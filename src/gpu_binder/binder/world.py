@@ -43,8 +43,7 @@ def _rv(obj: Any) -> int:
 
 def vm_key_of_vmi(vmi: VirtualMachineInstance) -> str:
     """The order a VMI runs for: its VirtualMachine, or itself when it has none."""
-    name = vmi.vm_name or vmi.metadata.name
-    return f"{vmi.metadata.namespace}/{name}"
+    return vmi.order_key
 
 
 def is_free(d: GPUDevice) -> bool:
@@ -98,6 +97,9 @@ class DeviceIndex:
         self.free_count: dict[str, int] = defaultdict(int)
         self.class_nodes: dict[str, dict[str, int]] = defaultdict(dict)
         self.node_sizes: dict[str, dict[int, int]] = defaultdict(dict)
+        # Bumped when a node's device count of a class or its CPU or memory changes.
+        self.shape_gen = 0
+        self._shapes: tuple[int, dict[str, frozenset[tuple[int, int, int]]]] | None = None
 
     def __len__(self) -> int:
         return len(self.by_name)
@@ -112,12 +114,14 @@ class DeviceIndex:
             self._unindex(old)
         self.by_name[d.metadata.name] = d
         self._index(d)
+        self._recount(old, d)
 
     def remove(self, name: str) -> None:
         self.touched_devices.add(name)
         old = self.by_name.pop(name, None)
         if old is not None:
             self._unindex(old)
+            self._recount(old, None)
 
     def touch_key(self, key: str) -> None:
         self.gen += 1
@@ -190,24 +194,45 @@ class DeviceIndex:
                 del self.slot_users[slot]
         self._placement_index(d, -1)
 
+    def _recount(self, old: GPUDevice | None, new: GPUDevice | None) -> None:
+        """Devices per class per node, when a device comes, goes or changes either."""
+        where = [(d.status.class_name, d.spec.node_name) for d in (old, new) if d is not None]
+        if old is not None and new is not None and where[0] == where[1]:
+            return
+        for (c, node), sign in zip(where, (-1, 1) if old is not None else (1,), strict=False):
+            per_node = self.class_nodes[c]
+            was = per_node.get(node, 0)
+            now = was + sign
+            if now:
+                per_node[node] = now
+            else:
+                per_node.pop(node, None)
+            sizes = self.node_sizes[c]
+            for size, step in ((was, -1), (now, 1)):
+                if size:
+                    n = sizes.get(size, 0) + step
+                    if n:
+                        sizes[size] = n
+                    else:
+                        sizes.pop(size, None)
+        self.shape_gen += 1
+
+    def shapes(self) -> dict[str, frozenset[tuple[int, int, int]]]:
+        """Per class, the node shapes holding it: (its devices there, node CPU, memory)."""
+        if self._shapes is not None and self._shapes[0] == self.shape_gen:
+            return self._shapes[1]
+        out: dict[str, frozenset[tuple[int, int, int]]] = {}
+        for c, per_node in self.class_nodes.items():
+            if c:
+                out[c] = frozenset(
+                    (n, *self.resources.allocatable_of(node)) for node, n in per_node.items()
+                )
+        self._shapes = (self.shape_gen, out)
+        return out
+
     def _placement_index(self, d: GPUDevice, sign: int) -> None:
         s, node = d.status, d.spec.node_name
         c = s.class_name
-        per_node = self.class_nodes[c]
-        was = per_node.get(node, 0)
-        now = was + sign
-        if now:
-            per_node[node] = now
-        else:
-            per_node.pop(node, None)
-        sizes = self.node_sizes[c]
-        for size, step in ((was, -1), (now, 1)):
-            if size:
-                n = sizes.get(size, 0) + step
-                if n:
-                    sizes[size] = n
-                else:
-                    sizes.pop(size, None)
         if is_free(d):
             self.free_count[c] += sign
         if s.binding is not None:
@@ -225,7 +250,9 @@ class DeviceIndex:
         cpu, memory = self.resources.free(node)
         self.states.set(class_name, node, (len(names), cpu, memory))
 
-    def _resources_changed(self, node: str, freed: bool) -> None:
+    def _resources_changed(self, node: str, freed: bool, allocatable: bool = False) -> None:
+        if allocatable:
+            self.shape_gen += 1
         if freed:
             self.capacity_gen += 1  # an order that lacked CPU or memory may fit now
         for class_name, nodes in self.free.items():

@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--devices", type=int, default=10_000)
     bp.add_argument("--repeat", type=int, default=20)
     bp.add_argument("--json", action="store_true")
+    bw = bench_sub.add_parser(
+        "webhook", help="VMI create → admitted through a local API server and the webhook"
+    )
+    bw.add_argument("--devices", type=int, default=1_000)
+    bw.add_argument("--samples", type=int, default=100, help="VMIs per measured path")
+    bw.add_argument("--json", action="store_true")
     for name in DELEGATED:
         sub.add_parser(name, help=f"see gpu-binder {name} --help", add_help=False)
     return p
@@ -72,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_binder.bench.passes import main as bench_pass
 
         figures = bench_pass(args.devices, args.repeat)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        return 0
+    if args.command == "bench" and args.bench == "webhook":
+        from gpu_binder.bench.webhook import main as bench_webhook
+
+        figures = bench_webhook(args.devices, args.samples)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     return 2

@@ -48,17 +48,26 @@ def slots(c: Cluster) -> Table:
     return t
 
 
-def decisions(c: Cluster, lines: int = 12) -> Panel:
+SHORT_KINDS = {"VirtualMachine": "VM", "VirtualMachineInstance": "VMI", "GPUDevice": "GPU"}
+
+
+def decisions(c: Cluster, lines: int = 10) -> Panel:
     notes = c.notes()[-lines:]
     text = Text()
     for n in notes:
         style = "red" if n.type == "Warning" else "white"
-        text.append(f"{n.reason:<16} {n.kind[:6]} {n.name}: {n.message}\n", style=style)
-    return Panel(text, title="decisions (Events)", border_style="blue")
+        kind = SHORT_KINDS.get(n.kind, n.kind)
+        text.append(f"{n.reason:<15} {kind} {n.name}: {n.message}\n", style=style)
+    return Panel(text, title="decisions (Events, with their reasons)", border_style="blue")
+
+
+def story(c: Cluster, lines: int = 4) -> Panel:
+    said = [text for _, who, text in c.log.lines if who in ("demo", "webhook")][-lines:]
+    return Panel(Text("\n".join(said)), title="what happens", border_style="green")
 
 
 def frame(c: Cluster, title: str, step: int, total: int) -> Group:
     header = Text(
         f"[{step}/{total}] {title}   t+{int((c.clock() - c.t0).total_seconds())}s", style="bold"
     )
-    return Group(header, slots(c), Text.from_markup(LEGEND), decisions(c))
+    return Group(header, slots(c), Text.from_markup(LEGEND), story(c), decisions(c))

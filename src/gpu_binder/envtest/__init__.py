@@ -16,7 +16,8 @@ from .assets import (
     k8s_version,
 )
 from .certs import CertificateAuthority, ControlPlaneCerts, KeyPair, generate_control_plane_certs
-from .controlplane import ApiResponse, ControlPlane, ControlPlaneError, User, free_port
+from .controlplane import ApiResponse, ControlPlane, ControlPlaneError, User
+from .process import free_port
 
 __all__ = [
     "DEFAULT_K8S_VERSION",

@@ -17,18 +17,12 @@ garbage collection does not run, and pods are never scheduled.
 
 from __future__ import annotations
 
-import base64
-import ctypes
 import functools
 import json
 import os
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,13 +36,20 @@ import yaml
 
 from .assets import ControlPlaneAssets, Progress, ensure_assets
 from .certs import ADMIN_USER, ControlPlaneCerts, generate_control_plane_certs
+from .files import crd_files, crds_in, write_kubeconfig
+from .process import (
+    LOOPBACK,
+    Process,
+    apiserver_ready,
+    etcd_healthy,
+    flag_args,
+    free_port,
+)
 
 __all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User"]
 
-LOOPBACK = "127.0.0.1"
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 _PORT_RETRIES = 3
-_LOG_TAIL_LINES = 15
 
 
 class ControlPlaneError(RuntimeError):
@@ -87,76 +88,6 @@ class User:
         return ctx
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that was free on ``host`` a moment ago (envtest's approach; may race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-_PR_SET_PDEATHSIG = 1
-_prctl: Any = None
-if hasattr(os, "fork") and os.uname().sysname == "Linux":
-    try:
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        _prctl = None
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGKILL if the parent (thread) dies, leaving no orphan."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-class _Process:
-    """One child process with its output in a log file."""
-
-    def __init__(self, name: str, log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, argv: Sequence[str]) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        in_main = threading.current_thread() is threading.main_thread()
-        with self.log_path.open("ab") as log:
-            log.write(f"$ {' '.join(argv)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # its own session: a terminal's Ctrl-C reaches Python, which stops it in order
-                start_new_session=True,
-                # PDEATHSIG follows the forking *thread*: only safe from the main thread
-                preexec_fn=_die_with_parent if in_main else None,
-            )
-
-    def exited(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    def tail(self, lines: int = _LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "".join(text.splitlines(keepends=True)[-lines:])
-
-
 class ControlPlane:
     """kube-apiserver + etcd on loopback; a context manager (``start`` / ``stop``).
 
@@ -190,8 +121,8 @@ class ControlPlane:
         self._build = build
         self._progress = progress
         self._work: Path | None = None
-        self._etcd: _Process | None = None
-        self._apiserver: _Process | None = None
+        self._etcd: Process | None = None
+        self._apiserver: Process | None = None
         self._certs: ControlPlaneCerts | None = None
         self._ssl: ssl.SSLContext | None = None
         self._url: str | None = None
@@ -370,11 +301,11 @@ class ControlPlane:
                 "log-level": "warn",
             }
             flags.update(self._etcd_flags)
-            proc = _Process("etcd", self._work / "logs" / "etcd.log")
+            proc = Process("etcd", self._work / "logs" / "etcd.log")
             self._etcd = proc
-            proc.start([str(assets.etcd), *_flag_args(flags)])
+            proc.start([str(assets.etcd), *flag_args(flags)])
             try:
-                self._wait_until(proc, functools.partial(_etcd_healthy, client), "etcd /health")
+                self._wait_until(proc, functools.partial(etcd_healthy, client), "etcd /health")
             except _EarlyExit as e:
                 last_error = str(e)
                 if "address already in use" in last_error:
@@ -412,10 +343,10 @@ class ControlPlane:
                 "endpoint-reconciler-type": "none",
             }
             flags.update(self._apiserver_flags)
-            proc = _Process("kube-apiserver", self._work / "logs" / "kube-apiserver.log")
+            proc = Process("kube-apiserver", self._work / "logs" / "kube-apiserver.log")
             self._apiserver = proc
-            proc.start([str(assets.kube_apiserver), *_flag_args(flags)])
-            ready = functools.partial(_apiserver_ready, url, self._ssl)
+            proc.start([str(assets.kube_apiserver), *flag_args(flags)])
+            ready = functools.partial(apiserver_ready, url, self._ssl)
             try:
                 self._wait_until(proc, ready, "kube-apiserver /healthz and /readyz")
             except _EarlyExit as e:
@@ -427,7 +358,7 @@ class ControlPlane:
             return
         raise ControlPlaneError(f"kube-apiserver could not get a free port: {last_error}")
 
-    def _wait_until(self, proc: _Process, check: Callable[[], bool], what: str) -> None:
+    def _wait_until(self, proc: Process, check: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + self.start_timeout
         delay = 0.05
         while True:
@@ -450,7 +381,7 @@ class ControlPlane:
     def _write_admin_kubeconfig(self) -> None:
         admin = self._admin
         assert admin is not None and self._url is not None and self._certs is not None
-        _write_kubeconfig(
+        write_kubeconfig(
             admin.kubeconfig,
             self._url,
             self._certs.ca.cert_pem,
@@ -475,7 +406,7 @@ class ControlPlane:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         cert, key = pair.write(users, safe)
         kubeconfig = users / f"{safe}.kubeconfig"
-        _write_kubeconfig(
+        write_kubeconfig(
             kubeconfig, self._url, self._certs.ca.cert_pem, pair.cert_pem, pair.key_pem, name
         )
         return User(name, tuple(groups), cert, key, kubeconfig)
@@ -517,10 +448,10 @@ class ControlPlane:
         that are not ``CustomResourceDefinition`` are ignored. Returns the stored CRDs.
         """
         crds: list[dict[str, Any]] = []
-        for file in _crd_files(paths):
+        for file in crd_files(paths):
             with file.open(encoding="utf-8") as f:
                 for doc in yaml.safe_load_all(f):
-                    crds.extend(_crds_in(doc))
+                    crds.extend(crds_in(doc))
         if not crds:
             raise ValueError("no CustomResourceDefinition found in the given paths")
         return self.install_crd_objects(crds, timeout=timeout)
@@ -586,30 +517,6 @@ class _EarlyExit(Exception):
     pass
 
 
-def _flag_args(flags: Mapping[str, str | None]) -> list[str]:
-    return [f"--{k}={v}" for k, v in flags.items() if v is not None]
-
-
-def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
-    try:
-        with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (OSError, ssl.SSLError):
-        return False
-
-
-def _apiserver_ready(url: str, ctx: ssl.SSLContext) -> bool:
-    return all(_https_ok(url + path, ctx) for path in ("/healthz", "/readyz"))
-
-
-def _etcd_healthy(client_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(client_url + "/health", timeout=2) as resp:
-            return bool(json.loads(resp.read()).get("health") == "true")
-    except (OSError, ValueError):
-        return False
-
-
 def _raise_unless_ok(resp: ApiResponse, what: str) -> None:
     if not resp.ok:
         try:
@@ -617,67 +524,3 @@ def _raise_unless_ok(resp: ApiResponse, what: str) -> None:
         except ValueError:
             message = resp.body[:500].decode(errors="replace")
         raise ControlPlaneError(f"{what}: HTTP {resp.status}: {message}")
-
-
-def _crd_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            files.extend(
-                sorted(f for f in path.iterdir() if f.suffix in (".yaml", ".yml", ".json"))
-            )
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"no such CRD file or directory: {path}")
-    return files
-
-
-def _crds_in(doc: Any) -> list[dict[str, Any]]:
-    if not isinstance(doc, dict):
-        return []
-    if doc.get("kind") == "CustomResourceDefinition":
-        if doc.get("apiVersion") != "apiextensions.k8s.io/v1":
-            raise ValueError(f"CRD {doc.get('metadata', {}).get('name')}: only v1 is supported")
-        return [doc]
-    if str(doc.get("kind", "")).endswith("List"):
-        return [c for item in doc.get("items") or [] for c in _crds_in(item)]
-    return []
-
-
-def _write_kubeconfig(
-    path: Path, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str
-) -> None:
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "gpu-binder-envtest",
-                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": b64(cert_pem),
-                    "client-key-data": b64(key_pem),
-                },
-            }
-        ],
-        "contexts": [
-            {
-                "name": "gpu-binder-envtest",
-                "context": {"cluster": "gpu-binder-envtest", "user": user},
-            }
-        ],
-        "current-context": "gpu-binder-envtest",
-    }
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        yaml.safe_dump(config, f, sort_keys=False)

@@ -8,11 +8,14 @@ counted by kind, updated as VMs come and go, and reads two figures from them:
   mix could not use there, in expectation (the fragmentation measure of Weng et al.,
   "Beware of Fragmentation", ATC '23, for whole GPUs: an order that fits uses whole
   GPUs, one that does not — wrong class, too many GPUs, too much CPU or memory — leaves
-  all of them). A small floor share of whole-node orders is mixed in, so a whole node
-  keeps its worth even before any order that needs one has been seen.
+  all of them). While the mix knows no order as big as a class's largest node, a small
+  floor share of such orders is assumed, so a whole node keeps its worth before the
+  first order that needs one arrives.
 - **claims** on a class: the share of all ordered GPUs that orders restricted to some
   classes put on it, so placement can keep scarce classes for the orders that can use
-  nothing else.
+  nothing else. An order is restricted by what it accepts and by what it needs: one that
+  asks for 8 GPUs and 120 cores can only run on the classes with nodes that big
+  (`set_shapes` tells the mix the node shapes of each class).
 
 Fragmentation is asked for the same free states again and again, and the mix changes by
 one order at a time, so answers are cached with the position in a log of changes they
@@ -27,7 +30,8 @@ from dataclasses import dataclass
 
 # A node that does not report its CPU or memory: placement reads it as no limit.
 UNLIMITED = 1 << 62
-# The least share of the mix taken to be orders of a class's largest node size.
+# The share of the mix assumed to be orders of a class's largest node size while none is
+# known.
 WHOLE_NODE_FLOOR = 0.02
 # Past this many changes the log is dropped with every cached answer.
 _LOG_LIMIT = 8192
@@ -61,8 +65,12 @@ class Mix:
         self.counts: dict[Demand, int] = {}
         self.orders = 0
         self.gpus = 0
-        # GPUs ordered per set of acceptable classes.
+        # GPUs ordered per set of acceptable classes, and per set of classes with a node
+        # shape that holds the order alone (see effective).
         self.by_classes: dict[frozenset[str], int] = {}
+        self.by_effective: dict[frozenset[str], int] = {}
+        self._shapes: Mapping[str, frozenset[tuple[int, int, int]]] | None = None
+        self._effective: dict[Demand, frozenset[str]] = {}
         self._log: list[tuple[Demand, int]] = []
         # (class, free GPUs, CPU, memory) -> [orders that fit, log position seen].
         self._fitting: dict[FitKey, list[int]] = {}
@@ -83,16 +91,40 @@ class Mix:
             del self.counts[demand]
         self.orders += n
         self.gpus += n * demand.gpus
-        gpus = self.by_classes.get(demand.classes, 0) + n * demand.gpus
-        if gpus:
-            self.by_classes[demand.classes] = gpus
-        else:
-            self.by_classes.pop(demand.classes, None)
+        _tally(self.by_classes, demand.classes, n * demand.gpus)
+        _tally(self.by_effective, self.effective(demand), n * demand.gpus)
         if len(self._log) >= _LOG_LIMIT:
             self._log.clear()
             self._fitting.clear()
         else:
             self._log.append((demand, n))
+
+    def set_shapes(self, shapes: Mapping[str, frozenset[tuple[int, int, int]]]) -> None:
+        """The node shapes (GPUs of the class, CPU, memory) of each class, for `effective`."""
+        if shapes is self._shapes:
+            return
+        self._shapes = shapes
+        self._effective.clear()
+        self.by_effective = {}
+        for demand, n in self.counts.items():
+            _tally(self.by_effective, self.effective(demand), n * demand.gpus)
+
+    def effective(self, demand: Demand) -> frozenset[str]:
+        """The accepted classes with a node shape that could hold the order alone."""
+        if self._shapes is None:
+            return demand.classes
+        cached = self._effective.get(demand)
+        if cached is None:
+            cached = frozenset(
+                c
+                for c in demand.classes
+                if any(
+                    demand.fits(c, gpus, cpu, memory)
+                    for gpus, cpu, memory in self._shapes.get(c, ())
+                )
+            )
+            self._effective[demand] = cached
+        return cached
 
     def remove(self, demand: Demand) -> None:
         self.add(demand, -1)
@@ -128,14 +160,19 @@ class Mix:
         """
         if gpus <= 0:
             return 0.0
-        share = self.floor if 0 < whole <= gpus else 0.0
+        floor = self.floor if whole > 0 and not self.knows_whole(class_name, whole) else 0.0
+        share = floor if whole <= gpus else 0.0
         if self.orders:
-            share += (
-                (1.0 - self.floor)
-                * self.fitting(class_name, gpus, cpu_milli, memory_bytes)
-                / self.orders
-            )
+            fitting = self.fitting(class_name, gpus, cpu_milli, memory_bytes)
+            share += (1.0 - floor) * fitting / self.orders
         return gpus * max(0.0, 1.0 - share)
+
+    def knows_whole(self, class_name: str, whole: int) -> bool:
+        """Does the mix hold an order of the class as big as its largest node?"""
+        if not self.orders:
+            return False
+        at_least = self.fitting(class_name, whole, UNLIMITED, UNLIMITED)
+        return at_least > self.fitting(class_name, whole - 1, UNLIMITED, UNLIMITED)
 
     def claims(self, capacity: Mapping[str, int]) -> dict[str, float]:
         """Per class, the share of all ordered GPUs that restricted orders put on it.
@@ -147,7 +184,7 @@ class Mix:
         present = frozenset(c for c, n in capacity.items() if n > 0)
         if not self.gpus or not present:
             return claims
-        for classes, gpus in self.by_classes.items():
+        for classes, gpus in self.by_effective.items():
             accepted = [c for c in classes if c in present]
             if not accepted or present <= classes:
                 continue
@@ -155,6 +192,14 @@ class Mix:
             for c in accepted:
                 claims[c] += gpus * capacity[c] / room / self.gpus
         return claims
+
+
+def _tally(index: dict[frozenset[str], int], key: frozenset[str], gpus: int) -> None:
+    total = index.get(key, 0) + gpus
+    if total:
+        index[key] = total
+    else:
+        index.pop(key, None)
 
 
 def pressures(

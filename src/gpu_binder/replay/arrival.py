@@ -13,9 +13,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpu_binder.replay.cluster import ReplayCluster
 from gpu_binder.replay.order import Order
-from gpu_binder.replay.policy import Policy
+from gpu_binder.replay.policy import RunFactory
 from gpu_binder.replay.trace import Node
 
 DEFAULT_LOAD = 1.3
@@ -51,11 +50,6 @@ def shuffled_nodes(nodes: Sequence[Node], seed: int) -> list[Node]:
     return order
 
 
-def policy_rng(seed: int) -> random.Random:
-    """The randomness a policy may draw on in the seed's run."""
-    return random.Random(f"policy:{seed}")
-
-
 def draw_arrivals(
     orders: Sequence[Order], capacity_gpus: int, seed: int, load: float = DEFAULT_LOAD
 ) -> list[Order]:
@@ -84,23 +78,27 @@ def until_full(arrivals: Sequence[Order], capacity_gpus: int) -> list[Order]:
 
 
 def run_arrival(
-    nodes: Sequence[Node], arrivals: Sequence[Order], policy: Policy, seed: int
+    nodes: Sequence[Node],
+    arrivals: Sequence[Order],
+    start: RunFactory,
+    seed: int,
+    workload: Sequence[Order] | None = None,
 ) -> ArrivalResult:
-    """Place `arrivals` in turn on the seed's node order; nothing ever leaves."""
+    """Place `arrivals` in turn on the seed's node order; nothing ever leaves.
+
+    `workload` is what the arrivals are drawn from (default: the arrivals themselves).
+    """
     started = time.perf_counter()
-    cluster = ReplayCluster(shuffled_nodes(nodes, seed))
-    rng = policy_rng(seed)
+    cluster = start(shuffled_nodes(nodes, seed), arrivals if workload is None else workload, seed)
+    cluster.submit(arrivals)
     capacity = cluster.capacity_gpus
     requested = rejected = 0
     at_full: tuple[int, int, int] | None = None
     curve: list[tuple[float, float]] = []
     next_mark = 1
     for arrived, order in enumerate(arrivals, start=1):
-        node = policy(order, cluster, rng)
-        if node is None:
+        if not cluster.arrive(arrived, order):
             rejected += 1
-        else:
-            cluster.place(order, node)
         requested += order.gpus
         while 100 * requested >= next_mark * capacity:
             unallocated_pct = 100.0 * (capacity - cluster.allocated_gpus) / capacity

@@ -35,6 +35,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--curves", action="store_true", help="add unallocated GPUs per arrived load (arrival)"
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="draw unallocated GPUs versus arrived load per policy (arrival; needs matplotlib)",
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        help="timeline: the trace's orders redrawn as a Poisson stream offering LOAD × capacity",
+    )
+    parser.add_argument(
+        "--arrivals",
+        type=int,
+        default=0,
+        help="timeline with --load: orders drawn per seed (default 3 × the trace's)",
+    )
+    parser.add_argument(
+        "--stopped",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="timeline: a VM stays stopped this long after its run, keeping its GPUs",
+    )
+    parser.add_argument(
+        "--no-defrag", action="store_true", help="the binder without its defragmentation step"
+    )
+    parser.add_argument(
+        "--online",
+        action="store_true",
+        help="arrival: create each order's VM only as it arrives (default: every order of "
+        "the run is a VM up front, a backlog the binder places in arrival order)",
+    )
     return parser
 
 
@@ -45,7 +78,7 @@ def main_replay(argv: Sequence[str]) -> int:
         args = parser.parse_args(list(argv))
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
-    known = policies()
+    known = policies(defrag=not args.no_defrag, backlog=not args.online)
     chosen = [name.strip() for name in str(args.policies).split(",") if name.strip()]
     unknown = [name for name in chosen if name not in known]
     if unknown or not chosen:
@@ -57,6 +90,9 @@ def main_replay(argv: Sequence[str]) -> int:
         return 2
     if args.seeds < 1:
         print("gpu-binder replay: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if (args.load is not None and args.load <= 0) or args.stopped < 0:
+        print("gpu-binder replay: --load must be positive, --stopped not negative", file=sys.stderr)
         return 2
     try:
         nodes = load_nodes(args.nodes)
@@ -75,8 +111,15 @@ def main_replay(argv: Sequence[str]) -> int:
         policies={name: known[name] for name in chosen},
         seeds=args.seeds,
         mode=cast(Mode, args.mode),
-        curves=args.curves,
+        curves=args.curves or args.plot is not None,
+        load=args.load,
+        stopped_s=args.stopped,
+        draws=args.arrivals,
     )
+    if args.plot is not None and args.mode == "arrival":
+        from gpu_binder.replay.plot import plot_curves
+
+        plot_curves(result, args.plot)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

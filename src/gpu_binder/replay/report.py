@@ -13,8 +13,8 @@ from gpu_binder.replay.bound import (
     unallocated_bound_pct,
 )
 from gpu_binder.replay.order import Order
-from gpu_binder.replay.policy import PolicyFactory
-from gpu_binder.replay.timeline import TimelineResult, run_timeline
+from gpu_binder.replay.policy import RunFactory
+from gpu_binder.replay.timeline import TimelineResult, resample, run_timeline
 from gpu_binder.replay.trace import Node
 
 Mode = Literal["arrival", "timeline"]
@@ -26,18 +26,24 @@ def replay(
     trace: str,
     nodes: Sequence[Node],
     orders: Sequence[Order],
-    policies: Mapping[str, PolicyFactory],
+    policies: Mapping[str, RunFactory],
     seeds: int = 10,
     mode: Mode = "arrival",
     curves: bool = False,
+    load: float | None = None,
+    stopped_s: int = 0,
+    draws: int = 0,
 ) -> JSON:
     """Every policy on the same seeds (same arrivals, same node order); means over seeds.
 
     `seconds` is a policy's total time over all seeds. In arrival mode the bound is the
     model-capacity bound of each seed's arrivals at 100%, averaged like the results.
+    Timeline mode takes `load` (with `draws` orders drawn per seed, default 3 × the
+    trace's) and `stopped_s` (see timeline).
     """
     if seeds < 1:
         raise ValueError("at least one seed is needed")
+    draws = draws or 3 * len(orders)
     capacity = sum(node.gpus for node in nodes)
     model_capacity: dict[str, int] = {}
     for node in nodes:
@@ -56,15 +62,21 @@ def replay(
                 unallocated_bound_pct(demand_by_fitting_models(full, nodes), model_capacity)
             )
             for name, factory in policies.items():
-                runs[name].append(run_arrival(nodes, arrivals, factory(orders), seed))
+                runs[name].append(run_arrival(nodes, arrivals, factory, seed, orders))
         result["bound_unallocated_gpu_pct"] = _round(fmean(bounds))
         result["bound_fit_unallocated_gpu_pct"] = _round(fmean(fit_bounds))
         result["policies"] = {name: _arrival_summary(rs, curves) for name, rs in runs.items()}
     else:
         timelines: dict[str, list[TimelineResult]] = {name: [] for name in policies}
         for seed in seed_list:
+            timed = resample(orders, capacity, load, seed, draws) if load else list(orders)
             for name, factory in policies.items():
-                timelines[name].append(run_timeline(nodes, orders, factory(orders), seed))
+                timelines[name].append(run_timeline(nodes, timed, factory, seed, stopped_s))
+        if load:
+            result["load"] = load
+            result["draws"] = draws
+        if stopped_s:
+            result["stopped_seconds"] = stopped_s
         result["bound_unallocated_gpu_pct"] = None
         result["policies"] = {name: _timeline_summary(rs) for name, rs in timelines.items()}
     return result
@@ -91,6 +103,7 @@ def _timeline_summary(runs: Sequence[TimelineResult]) -> JSON:
         "rejected_orders": _round(fmean(r.rejected_orders for r in runs)),
         "gpu_hours_requested": _round(fmean(r.gpu_hours_requested for r in runs)),
         "gpu_hours_served": _round(fmean(r.gpu_hours_served for r in runs)),
+        "moves": _round(fmean(r.moves for r in runs)),
         "seconds": _round(sum(r.seconds for r in runs)),
     }
 

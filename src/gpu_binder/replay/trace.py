@@ -13,16 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = (
-    "name",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec",
-    "creation_time",
-    "deletion_time",
-)
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+# Columns some variants of the trace leave out (the multigpu* lists): an absent gpu_spec
+# accepts any model, absent times make every pod live at 0 (arrival mode needs none).
+OPTIONAL_POD_COLUMNS = ("gpu_spec", "creation_time", "deletion_time")
 WHOLE_GPU_MILLI = 1000
 
 
@@ -110,8 +104,8 @@ def load_pods(path: str | Path) -> list[Pod]:
             raise TraceError(f"{where}: gpu_milli {gpu_milli} is more than one GPU (1000)")
         if num_gpu == 0 and gpu_milli > 0:
             raise TraceError(f"{where}: gpu_milli {gpu_milli} without num_gpu")
-        created = _count(row, "creation_time", where)
-        deleted = _count(row, "deletion_time", where)
+        created = _count(row, "creation_time", where) if "creation_time" in row else 0
+        deleted = _count(row, "deletion_time", where) if "deletion_time" in row else 0
         if deleted < created:
             raise TraceError(f"{where}: deletion_time {deleted} before creation_time {created}")
         scheduled = row.get("scheduled_time", "").strip()
@@ -122,7 +116,7 @@ def load_pods(path: str | Path) -> list[Pod]:
                 memory_mib=_count(row, "memory_mib", where),
                 gpus=num_gpu,
                 gpu_milli=gpu_milli,
-                models=parse_gpu_spec(row["gpu_spec"]),
+                models=parse_gpu_spec(row.get("gpu_spec", "")),
                 created_s=created,
                 deleted_s=deleted,
                 scheduled_s=_count(row, "scheduled_time", where) if scheduled else None,

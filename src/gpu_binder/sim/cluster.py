@@ -8,6 +8,7 @@ decides when each runs, so a run is repeatable from its seed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -79,7 +80,11 @@ class Log:
 
 class Cluster:
     def __init__(
-        self, classes: list[ClassDef], config: Config | None = None, seed: int = 1
+        self,
+        classes: list[ClassDef],
+        config: Config | None = None,
+        seed: int = 1,
+        sweep_always: bool = False,
     ) -> None:
         self.clock = VirtualClock()
         self.t0 = self.clock()
@@ -89,6 +94,8 @@ class Cluster:
         self.stats = Stats()
         self.log = Log()
         self.binder_up = True
+        # Every pass a full sweep: the reference behaviour incremental passes must match.
+        self.sweep_always = sweep_always
         self.dirty_pass = True
         self.dirty_requests = False
         self._in_binder = False
@@ -160,7 +167,7 @@ class Cluster:
         if not self.binder_up:
             return
         try:
-            result = await self.reconciler.reconcile(key)
+            result = await self.reconciler.reconcile(key, True if self.sweep_always else None)
         except ApiError as e:
             self.stats.pass_errors += 1
             self.log.add(self.clock(), "binder", f"pass failed: {e}")
@@ -302,6 +309,18 @@ class Cluster:
         """An admin deletes a GPUDevice; the finalizer keeps it while a VMI runs on it."""
         if self.client.peek(GPUDevice, device) is not None:
             await self.client.delete(GPUDevice, device)
+        await self.settle()
+
+    async def remove_gpu(self, device: str) -> None:
+        """The GPU behind a device is gone: its agent deletes the GPUDevice."""
+        if device in self.world.devices.by_name:
+            with contextlib.suppress(KeyError):
+                self.fleet.remove_gpu(device)
+        await self.settle()
+
+    async def set_plugin(self, node: str, up: bool) -> None:
+        """The node's device plugin stops (or starts again) serving its slots."""
+        self.fleet.set_plugin(node, up)
         await self.settle()
 
     async def start_unmanaged(self, raw: dict[str, Any]) -> None:

@@ -50,8 +50,10 @@ class Workload:
         return f"{ns}/{name}"
 
 
-async def build(nodes: int, gpus_per_node: int, vms: int, seed: int) -> tuple[Cluster, Workload]:
-    c = Cluster(CLASSES, seed=seed)
+async def build(
+    nodes: int, gpus_per_node: int, vms: int, seed: int, sweep_always: bool = False
+) -> tuple[Cluster, Workload]:
+    c = Cluster(CLASSES, seed=seed, sweep_always=sweep_always)
     for i in range(nodes):
         await c.add_node(f"node-{i:04d}", "l40s" if i % 4 == 3 else "h100", gpus_per_node)
     w = Workload(random.Random(seed), gpus_per_node, [])
@@ -112,14 +114,25 @@ async def fault(c: Cluster, rng: random.Random) -> None:
         c.restart_binder()
     elif kind == "delete-device" and devices:
         await c.delete_device(rng.choice(devices))
+    elif kind == "gpu-gone" and devices:
+        # The GPU falls off the bus for good: its agent deletes the GPUDevice.
+        await c.remove_gpu(rng.choice(devices))
+    elif kind in ("plugin-down", "plugin-up"):
+        await c.set_plugin(node, kind == "plugin-up")
     await c.tick(rng.choice((1, 60, 400)))
 
 
 async def run(
-    nodes: int, gpus_per_node: int, vms: int, events: int, seed: int, chaos: bool
+    nodes: int,
+    gpus_per_node: int,
+    vms: int,
+    events: int,
+    seed: int,
+    chaos: bool,
+    sweep_always: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    c, w = await build(nodes, gpus_per_node, vms, seed)
+    c, w = await build(nodes, gpus_per_node, vms, seed, sweep_always)
     gc.freeze()  # the cluster's objects live for the whole run: the collector need not scan them
     violations: list[str] = []
     faults = 0
@@ -133,6 +146,11 @@ async def run(
     for note in c.notes():
         reasons[note.reason] = reasons.get(note.reason, 0) + 1
     records = c.client.objects(GPUUsageRecord)
+    bindings = {
+        d.metadata.name: d.status.binding.vm.key
+        for d in c.client.objects(GPUDevice)
+        if d.status.binding is not None
+    }
     return {
         "devices": len(c.client.objects(GPUDevice)),
         "vms": len(w.keys),
@@ -152,6 +170,7 @@ async def run(
         "usage_records_closed": sum(1 for r in records if r.spec.end is not None),
         "violations": violations,
         "seconds": round(time.perf_counter() - started, 2),
+        "final_bindings": bindings,
     }
 
 
@@ -159,5 +178,6 @@ def main_sim(
     nodes: int, gpus_per_node: int, vms: int, events: int, seed: int, chaos: bool, as_json: bool
 ) -> int:
     figures = asyncio.run(run(nodes, gpus_per_node, vms, events, seed, chaos))
+    figures.pop("final_bindings")
     print(json.dumps(figures) if as_json else json.dumps(figures, indent=2))
     return 1 if figures["violations"] else 0

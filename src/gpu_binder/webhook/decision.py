@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from gpu_binder.api.meta import ObjectMeta, OwnerReference
 from gpu_binder.api.types import (
+    CLASSES_ANNOTATION,
     ClassCount,
     GPUBindRequest,
     GPUBindRequestSpec,
@@ -49,6 +50,7 @@ from gpu_binder.webhook.pinning import (
     order_of,
     pin,
     slot_resource_limits,
+    with_alternatives,
 )
 from gpu_binder.webhook.review import AdmissionRequest, allowed, denied, parse_review
 
@@ -185,6 +187,8 @@ class Admitter:
         if isinstance(target, str):
             return Respond(denied(uid, target))
         have = self._current_set(target)
+        alternatives = self._alternatives(target, vmi)
+        order = with_alternatives(order, alternatives, have)
         foreign = foreign_slots(order, have)
         if foreign:
             return Respond(self._deny(request, foreign_message(foreign)))
@@ -204,7 +208,20 @@ class Admitter:
                     "gpu-binder is disabled, so no GPUs are bound to this VM; KubeVirt will retry",
                 )
             )
-        return NeedsRequest(self._bind_request(target, wanted))
+        return NeedsRequest(self._bind_request(target, wanted, alternatives))
+
+    def _alternatives(self, target: Target, vmi: Mapping[str, Any]) -> tuple[str, ...]:
+        """Classes the order accepts in place of those its entries name: its VM's, else
+        the VMI's own (a standalone VMI, or a VM the webhook's cache has not seen yet)."""
+        alternatives = self.world.alternatives_of(target.key) if target.owned else ()
+        if not alternatives:
+            meta = vmi.get("metadata")
+            annotations = meta.get("annotations") if isinstance(meta, dict) else None
+            value = annotations.get(CLASSES_ANNOTATION) if isinstance(annotations, dict) else None
+            if isinstance(value, str):
+                names = (n.strip() for n in value.split(","))
+                alternatives = tuple(dict.fromkeys(n for n in names if n in self.world.classes))
+        return alternatives
 
     def _current_set(self, target: Target) -> list[GPUDevice]:
         """The VM's set as the binder holds it: not Lost, and bound to this very VM."""
@@ -220,7 +237,9 @@ class Admitter:
             )
         ]
 
-    def _bind_request(self, target: Target, wanted: Mapping[str, int]) -> GPUBindRequest:
+    def _bind_request(
+        self, target: Target, wanted: Mapping[str, int], alternatives: tuple[str, ...] = ()
+    ) -> GPUBindRequest:
         owners: tuple[OwnerReference, ...] = ()
         if target.owned and target.vm_uid:
             # Not the controller: the VM controller owns its VMIs, and a request is only
@@ -245,7 +264,13 @@ class Admitter:
                 vm=VMRef(name=target.vm_name, uid=target.vm_uid),
                 vmi=NameRef(name=target.vmi_name),
                 requests=tuple(
-                    ClassCount(class_name=c, count=n) for c, n in sorted(wanted.items()) if c and n
+                    ClassCount(
+                        class_name=c,
+                        count=n,
+                        alternatives=alternatives if c in alternatives else None,
+                    )
+                    for c, n in sorted(wanted.items())
+                    if c and n
                 ),
             ),
         )
@@ -279,6 +304,9 @@ class Admitter:
             answered.append(d)
         vmi = request.object or {}
         order: Order = order_of(gpu_entries(vmi), self.world.class_by_resource)
+        target = target_of(request)
+        if not isinstance(target, str):
+            order = with_alternatives(order, self._alternatives(target, vmi), answered)
         foreign = foreign_slots(order, answered)
         if foreign:
             return self._deny(request, foreign_message(foreign))

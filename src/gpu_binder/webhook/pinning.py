@@ -8,7 +8,7 @@ VMI's own only when its set holds that slot and the VMI is pinned to the set's n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -95,6 +95,32 @@ def order_of(entries: Iterable[Entry], classes: Mapping[str, GPUClass]) -> Order
         elif is_slot_resource(e.device_name):
             slots.append(e)
     return Order(by_class, slots)
+
+
+def with_alternatives(
+    order: Order, alternatives: Collection[str], devices: Sequence[GPUDevice]
+) -> Order:
+    """The order as the set serves it, when the VM accepts several classes.
+
+    Entries naming any of the interchangeable classes (placement.options) are one group
+    that one class serves: the one the set holds most devices of, if it holds any. So an
+    entry naming h100's resourceName gets an a100 of a set the binder bound from a100.
+    """
+    named = [c for c in order.by_class if c in alternatives]
+    if not named or len(set(alternatives)) < 2:
+        return order
+    held: dict[str, int] = {}
+    for d in devices:
+        if d.status.class_name in alternatives:
+            held[d.status.class_name] = held.get(d.status.class_name, 0) + 1
+    if not held:
+        return order
+    serving = max(sorted(held), key=lambda c: held[c])
+    by_class = {c: es for c, es in order.by_class.items() if c not in alternatives}
+    by_class[serving] = sorted(
+        (e for c in named for e in order.by_class[c]), key=lambda e: (e.section, e.index)
+    )
+    return Order(by_class, order.slots)
 
 
 def by_slot(devices: Iterable[GPUDevice]) -> list[GPUDevice]:
@@ -195,7 +221,11 @@ def pin(
             used.add(d.metadata.name)
             chosen.append(d)
             if not device_pinned:
-                continue  # another plugin serves the class by count on the node
+                # Another plugin serves the class by count on the node; an entry naming
+                # another class (an alternative the set does not hold) must name this one.
+                if cls is not None and e.device_name != cls.spec.resource_name:
+                    rewrites.append((e, cls.spec.resource_name))
+                continue
             slot = slot_resource(d)
             if not slot:
                 return Refused(

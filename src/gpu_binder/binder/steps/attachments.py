@@ -18,9 +18,21 @@ from gpu_binder.binder.world import vm_key_of_vmi
 
 def attachments(ctx: Context) -> None:
     _detach_ended(ctx)
-    for vmi in ctx.scope.vmis(ctx.world):
-        if vmi.live and vmi.node_name:
-            _attach(ctx, vmi)
+    world = ctx.world
+    clean = ctx.memory.clean.setdefault("attach", {})
+    for vmi in ctx.scope.vmis(world):
+        if not (vmi.live and vmi.node_name):
+            continue
+        signature = (world.devices.key_gen.get(vm_key_of_vmi(vmi)), world.class_gen)
+        cached = clean.get(vmi.key)
+        if isinstance(cached, tuple) and cached[0] is vmi and cached[1] == signature:
+            continue
+        mark = ctx.mark()
+        settled = _attach(ctx, vmi)
+        if settled and ctx.mark() == mark:
+            clean[vmi.key] = (vmi, signature)
+        else:
+            clean.pop(vmi.key, None)
 
 
 def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
@@ -31,13 +43,23 @@ def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
 
 def _detach_ended(ctx: Context) -> None:
     world = ctx.world
+    # Per device, the device and VMI objects last seen in use: unchanged, still in use.
+    seen = ctx.memory.clean.setdefault("detach", {})
+    by_name, vmis = world.devices.by_name, world.vmis
     for name in ctx.scope.devices_of_interest(world, world.devices.attached):
-        d = world.devices.by_name[name]
+        d = by_name[name]
+        cached = seen.get(name)
+        # Checked before reading the device: a sweep over thousands of attachments that
+        # did not change must not walk every one of them.
+        if isinstance(cached, tuple) and cached[0] is d and vmis.get(cached[1]) is cached[2]:
+            continue
         att = d.status.attachment
         assert att is not None
-        vmi = world.vmis.get(att.vmi.key)
+        vmi = vmis.get(att.vmi.key)
         if vmi is not None and vmi.live and vmi.metadata.uid == att.vmi.uid:
+            seen[name] = (d, att.vmi.key, vmi)
             continue
+        seen.pop(name, None)
         ended = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
         phase = d.status.phase
         if phase == Phase.ATTACHED:
@@ -48,12 +70,13 @@ def _detach_ended(ctx: Context) -> None:
         ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
 
 
-def _attach(ctx: Context, vmi: VirtualMachineInstance) -> None:
+def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
+    """Attach the VMI's devices; False while it waits for adoption (a clock matters)."""
     world = ctx.world
     key = vm_key_of_vmi(vmi)
     order = world.order_of(key)
     if not order:
-        return
+        return True
     admitted = vmi_devices(vmi)
     mine = [
         d
@@ -77,11 +100,12 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> None:
     seen_key = f"{vmi.key}/{vmi.metadata.uid}"
     if not missing:
         ctx.memory.unmanaged_since.pop(seen_key, None)
-        return
+        return True
     first = ctx.memory.unmanaged_since.setdefault(seen_key, ctx.now)
     if ctx.now - first < ctx.config.attachment_grace:
-        return  # a bind request may still be in flight for it
+        return False  # a bind request may still be in flight for it
     _adopt(ctx, vmi, key, missing, ref)
+    return False
 
 
 def _adopt(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpu_binder.api.types import BindReason, GPUDevice, Phase
+from gpu_binder.api.types import BindReason, GPUBindRequest, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.placing import class_policy
@@ -48,6 +48,13 @@ def held(devs: list[GPUDevice]) -> dict[str, int]:
     for d in devs:
         counts[d.status.class_name] = counts.get(d.status.class_name, 0) + 1
     return counts
+
+
+def request_alternatives(req: GPUBindRequest) -> tuple[str, ...] | None:
+    """The classes a bind request accepts in place of those it names; None when it
+    names none (the VM's own then count, see complete)."""
+    named = [c for r in req.spec.requests for c in (r.alternatives or ())]
+    return tuple(dict.fromkeys(named)) if named else None
 
 
 def complete(

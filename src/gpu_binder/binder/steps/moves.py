@@ -38,17 +38,22 @@ def moves(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.clean.setdefault("moves", {})
     blocked = ctx.memory.blocked_moves
-    keys = set(ctx.scope.set_keys(world))
+    keys = ctx.scope.set_keys(world)
     if blocked and ctx.memory.blocked_checked != world.capacity_gen:
         # Something freed: a set that could not move may move now.
         ctx.memory.blocked_checked = world.capacity_gen
-        keys |= blocked & set(world.devices.by_vm)
-    for key in sorted(keys):
+        listed = set(keys)
+        keys = keys + sorted(k for k in blocked if k in world.devices.by_vm and k not in listed)
+    for key in keys:
         cached = clean.get(key)
         if isinstance(cached, tuple) and _still(ctx, key, cached):
             continue
         devs = world.devices.set_of(key)
-        if not devs or held(ctx, key, devs):
+        if not devs:
+            continue
+        if held(ctx, key, devs):
+            # A VMI's start or end changes the key, and with it this verdict.
+            clean[key] = _signature(ctx, key, devs[0].spec.node_name)
             continue
         node = set_node(devs)
         why = move_reason(ctx, key, node, devs)

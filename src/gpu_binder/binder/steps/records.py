@@ -20,25 +20,40 @@ RECORD_LABEL_VM = "gpu.cozystack.io/vm"
 
 def usage_records(ctx: Context) -> None:
     world = ctx.world
-    for name in ctx.scope.devices_of_interest(world, world.devices.attached):
+    scope = ctx.scope.events_only()
+    # What was judged already, by object identity: an unchanged pair needs no new look.
+    opened = ctx.memory.clean.setdefault("records-open", {})
+    judged = ctx.memory.clean.setdefault("records-close", {})
+    for name in scope.devices_of_interest(world, world.devices.attached):
         d = world.devices.by_name[name]
         att = d.status.attachment
-        if att is None or not in_use(ctx, d):
+        if att is None:
+            continue
+        vmi = world.vmis.get(att.vmi.key)
+        cached = opened.get(name)
+        if isinstance(cached, tuple) and cached[0] is d and cached[1] is vmi:
+            continue
+        if not in_use(ctx, d):
             continue
         rname = usage_record_name(att.vmi.uid, name)
         if f"{att.vmi.namespace}/{rname}" in world.records:
+            opened[name] = (d, vmi)
             continue
         ctx.plan.write("create", _open(d, rname))
     keys: list[str] = []
-    if ctx.scope.full:
+    if scope.full:
         keys = sorted(world.open_records)
     else:
-        for name in ctx.scope.devices_of_interest(world, set(world.open_by_device)):
+        for name in scope.devices_of_interest(world, world.open_by_device):
             keys.extend(sorted(world.open_by_device[name]))
     for key in keys:
         rec = world.records[key]
         dev = world.devices.get(rec.spec.device)
         att = dev.status.attachment if dev is not None else None
+        vmi = world.vmis.get(f"{rec.metadata.namespace}/{rec.spec.vmi.name}")
+        cached = judged.get(key)
+        if isinstance(cached, tuple) and cached[0] is rec and cached[1] is dev and cached[2] is vmi:
+            continue
         # Judged on the VMI too, not the attachment alone: with the binder disabled nothing
         # clears the attachment of an ended VMI, and billing must stop when the VMI ends.
         if (
@@ -47,6 +62,7 @@ def usage_records(ctx: Context) -> None:
             and att.vmi.uid == rec.spec.vmi.uid
             and in_use(ctx, dev)
         ):
+            judged[key] = (rec, dev, vmi)
             continue
         end = max(_ended(ctx, rec, dev), rec.spec.start)
         spec = rec.spec.model_copy(update={"end": end})

@@ -5,8 +5,7 @@ from __future__ import annotations
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.plan import Note
-from gpu_binder.binder.steps.completion import complete
+from gpu_binder.binder.steps.completion import complete, request_alternatives
 from gpu_binder.binder.steps.moves import move_reason, relocate
 from gpu_binder.binder.steps.sets import set_node
 
@@ -42,12 +41,22 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
         blocked = relocate(ctx, key, order, devs, node, why) if why else ""
         if blocked:
             _reply(ctx, req, "", (), blocked)
-            ctx.plan.note(ops.vm_note(ctx, key, "GPURefused", blocked, warning=True))
+            _refuse(ctx, key, blocked)
             return
-    outcome = complete(ctx, key, order, BindReason.REQUEST, may_move=not live)
+    alternatives = request_alternatives(req)
+    outcome = complete(ctx, key, order, BindReason.REQUEST, not live, alternatives)
     _reply(ctx, req, outcome.node, outcome.devices, outcome.message)
-    if not outcome.ok:
-        ctx.plan.note(ops.vm_note(ctx, key, "GPURefused", outcome.message, warning=True))
+    if outcome.ok:
+        ctx.unsay(f"refuse/{key}")
+    else:
+        _refuse(ctx, key, outcome.message)
+
+
+def _refuse(ctx: Context, key: str, message: str) -> None:
+    """The refusal, on the VM: said again only when it changed, as KubeVirt retries a
+    start every few seconds and each retry asks again. The request itself is deleted by
+    the webhook as soon as it has the answer, so an Event on it would be read by no one."""
+    ctx.say(f"refuse/{key}", ops.vm_note(ctx, key, "GPURefused", message, warning=True))
 
 
 def _reply(
@@ -63,10 +72,4 @@ def _reply(
             "answered_at": ctx.now,
         }
     )
-    note = None
-    if message:
-        meta = req.metadata
-        note = Note(
-            "GPUBindRequest", meta.namespace, meta.name, meta.uid, "Failed", message, "Warning"
-        )
-    ctx.plan.write("status", req.model_copy(update={"status": status}), note)
+    ctx.plan.write("status", req.model_copy(update={"status": status}))

@@ -144,20 +144,29 @@ def _degraded(ctx: Context) -> set[str]:
     """Devices beyond what each node's device plugin serves, once past degradedGrace."""
     world, m = ctx.world, ctx.memory
     out: set[str] = set()
-    for node_name, names in sorted(world.devices.by_node.items()):
+    by_node = world.devices.by_node
+    if ctx.scope.full:
+        nodes = sorted(by_node)
+    else:
+        # Unchanged nodes keep their verdict; those in or near a degraded state are judged
+        # again, as their grace runs.
+        watch = ctx.scope.changed_nodes(world) | set(m.degraded_since) | m.degraded
+        nodes = sorted(n for n in watch if n in by_node)
+    for node_name in nodes:
+        names = by_node[node_name]
         node = world.nodes.get(node_name)
         if node is None or not node.ready:
             continue
         cached = m.shortfalls.get(node_name)
         gen = (world.devices.node_gen.get(node_name), world.class_gen)
         if cached is not None and cached[0] is node and cached[1] == gen:
-            short = cached[2]
+            short, reported = cached[2], cached[3]
         else:
             devs = [world.devices.by_name[n] for n in names]
             short = _shortfall(ctx, node.allocatable, devs)
-            m.shortfalls[node_name] = (node, gen, short)
-        # The condition this binder set survives a restart that its memory does not.
-        reported = _reported_degraded(node)
+            # The condition this binder set survives a restart that its memory does not.
+            reported = _reported_degraded(node)
+            m.shortfalls[node_name] = (node, gen, short, reported)
         if not short:
             m.degraded_since.pop(node_name, None)
             if node_name in m.degraded or reported:

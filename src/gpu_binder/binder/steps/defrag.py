@@ -1,0 +1,226 @@
+"""Defragmentation: room for an order that fits nowhere, made by moving stopped VMs' sets.
+
+A stopped VM keeps its set (DESIGN §3 orders), so stopped VMs' sets can scatter free GPUs
+in pieces no waiting order can use. When an order that wants to run fits on no node, this
+step looks for the node where moving the fewest sets of stopped VMs (never a running one,
+never a set with a live VMI) would make it fit — GPUs, CPU and memory — and where each
+of those sets fits on another node as it is. It moves them (bind on the target first,
+then release; reason Move, with the order they made room for in the Event), at most
+MOVES_PER_PASS sets per pass (the next pass goes on), and binds the order when the room
+is free at once (a class that cleans devices frees them only after the agent's reset,
+and the orders step binds the order then). A VM whose owner asked for a node
+(gpu.cozystack.io/node) is never moved for room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.placing import usable
+from gpu_binder.binder.steps.completion import complete
+from gpu_binder.placement import options
+
+# Sets moved per pass at most: moves cost the tenants of stopped VMs nothing, but each
+# is a write and an Event, and a pass must stay short.
+MOVES_PER_PASS = 4
+# Waiting orders examined per pass at most (each looks at every node of its classes).
+ORDERS_PER_PASS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A stopped VM's set on the node, and what moving it frees there."""
+
+    key: str
+    gpus: int
+    cpu: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    node: str
+    order: Mapping[str, int]
+    victims: tuple[Victim, ...]
+
+
+def defrag(ctx: Context) -> None:
+    world = ctx.world
+    clean = ctx.memory.clean.setdefault("defrag", {})
+    budget, examined = MOVES_PER_PASS, 0
+    for key in sorted(ctx.memory.unplaceable, key=lambda k: (_created(ctx, k), k)):
+        if budget <= 0 or examined >= ORDERS_PER_PASS:
+            break
+        if clean.get(key) == world.devices.gen or not wants_to_run(ctx, key):
+            continue
+        examined += 1
+        moved = make_room(ctx, key, budget)
+        if moved:
+            budget -= moved
+            order = world.order_of(key)
+            if complete(ctx, key, order, BindReason.ORDER, may_move=True).ok:
+                ctx.memory.unplaceable.pop(key, None)
+        else:
+            clean[key] = world.devices.gen  # nothing changed: the same search finds nothing
+
+
+def wants_to_run(ctx: Context, key: str) -> bool:
+    """An order whose VM should run now and that holds no set yet."""
+    world = ctx.world
+    if world.devices.by_vm.get(key):
+        return False
+    vm = world.vms.get(key)
+    if vm is not None:
+        return vm.running and vm.metadata.deletion_timestamp is None
+    return bool(world.live_vmis(key))
+
+
+def movable(ctx: Context, key: str) -> bool:
+    """A set of a stopped VM that nothing runs on and whose owner named no node for it:
+    it may change nodes unnoticed."""
+    world = ctx.world
+    vm = world.vms.get(key)
+    if vm is None or vm.running or vm.metadata.deletion_timestamp is not None:
+        return False
+    if vm.metadata.annotations.get(NODE_ANNOTATION):
+        return False
+    if world.live_vmis(key):
+        return False
+    return not any(d.status.attachment is not None for d in world.devices.set_of(key))
+
+
+def make_room(ctx: Context, key: str, budget: int = MOVES_PER_PASS) -> int:
+    """Move stopped VMs' sets so the order of `key` fits; how many sets moved."""
+    world = ctx.world
+    order = world.order_of(key)
+    if not order or budget <= 0:
+        return 0
+    room = find_room(ctx, key, order)
+    if room is None:
+        return 0
+    moved: list[str] = []
+    savepoint = ctx.plan.savepoint()
+    for v in room.victims[:budget]:
+        vorder = world.order_of(v.key)
+        placed = ops.place(ctx, vorder, exclude=room.node, key=v.key)
+        if placed is None:
+            # The one before took its place. Moving only some of this pass's sets would make
+            # no room, and the next pass's search would move them back: all, or none.
+            ctx.plan.rollback(savepoint)
+            return 0
+        why = (
+            f"the VM is stopped and {key} ({ops.describe(room.order)}) fits on no node as "
+            f"it is: moving this set off {room.node} makes room for it"
+        )
+        old = world.devices.set_of(v.key)
+        for d in placed.devices:
+            ops.bind(ctx, d, v.key, BindReason.MOVE, why)
+        for d in old:
+            ops.release(ctx, d, f"the set moved to {placed.node} to make room for {key}")
+        moved.append(v.key)
+    if moved:
+        ctx.plan.note(
+            ops.vm_note(
+                ctx,
+                key,
+                "GPUMadeRoom",
+                f"moved the sets of stopped VMs {', '.join(moved)} off {room.node} to make "
+                f"room for {ops.describe(room.order)}",
+            )
+        )
+    return len(moved)
+
+
+def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
+    """The node where moving the fewest sets (then the fewest GPUs) makes the order fit,
+    each of them fitting on another node as it is."""
+    world = ctx.world
+    devices = world.devices
+    cpu, memory = devices.resources.request(key)
+    rooms: list[tuple[tuple[int, int, str], Room]] = []
+    for option in options(order, world.alternatives_of(key)):
+        if len(option) != 1:
+            continue  # sets of one class: what orders are, save rare mixed ones
+        [(class_name, count)] = option.items()
+        for node in devices.class_nodes.get(class_name, {}):
+            if not usable(ctx, node):
+                continue
+            free = len(devices.free_on(class_name, node))
+            cpu_free, memory_free = devices.resources.free(node)
+            need = (count - free, cpu - cpu_free, memory - memory_free)
+            if max(need) <= 0:
+                return None  # it fits already: the orders step will bind it
+            chosen = _fewest(_victims(ctx, key, class_name, node), need)
+            if chosen is not None:
+                cost = (len(chosen), sum(v.gpus for v in chosen), node)
+                rooms.append((cost, Room(node, option, chosen)))
+    # Where each set can go is the costly question: asked in order of cost, until one does.
+    for _, room in sorted(rooms, key=lambda r: r[0]):
+        if all(_fits_elsewhere(ctx, v.key, room.node) for v in room.victims):
+            return room
+    return None
+
+
+def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]:
+    devices = ctx.world.devices
+    by_key: dict[str, list[GPUDevice]] = {}
+    for name in devices.names_on(node):
+        d = devices.by_name[name]
+        if d.status.binding is not None and d.status.binding.vm.key != key:
+            by_key.setdefault(d.status.binding.vm.key, []).append(d)
+    out: list[Victim] = []
+    for vkey, devs in sorted(by_key.items()):
+        if not movable(ctx, vkey):
+            continue
+        # What the node gets back: devices of the class a new tenant may take once released.
+        gpus = sum(1 for d in devs if d.status.class_name == class_name and _reusable(d))
+        cpu, memory = devices.resources.counted.get((vkey, node), (0, 0))
+        if gpus or cpu or memory:
+            out.append(Victim(vkey, gpus, cpu, memory))
+    return out
+
+
+def _reusable(d: GPUDevice) -> bool:
+    """Free once released (after cleaning, if its class cleans): see world.is_free."""
+    return (
+        d.status.phase != Phase.LOST
+        and not d.spec.unschedulable
+        and d.spec.health == "Healthy"
+        and d.metadata.deletion_timestamp is None
+    )
+
+
+def _fewest(victims: list[Victim], need: tuple[int, int, int]) -> tuple[Victim, ...] | None:
+    """The fewest victims covering what the node lacks: one if one will do (the smallest),
+    else the biggest first; None if all of them would not do."""
+
+    def covers(vs: tuple[Victim, ...]) -> bool:
+        return (
+            sum(v.gpus for v in vs) >= need[0]
+            and sum(v.cpu for v in vs) >= need[1]
+            and sum(v.memory for v in vs) >= need[2]
+        )
+
+    singles = [v for v in victims if covers((v,))]
+    if singles:
+        return (min(singles, key=lambda v: (v.gpus, v.key)),)
+    chosen: list[Victim] = []
+    for v in sorted(victims, key=lambda v: (-v.gpus, v.key)):
+        chosen.append(v)
+        if covers(tuple(chosen)):
+            return tuple(chosen)
+    return None
+
+
+def _fits_elsewhere(ctx: Context, key: str, node: str) -> bool:
+    return ops.place(ctx, ctx.world.order_of(key), exclude=node, key=key) is not None
+
+
+def _created(ctx: Context, key: str) -> str:
+    vm = ctx.world.vms.get(key)
+    t = vm.metadata.creation_timestamp if vm is not None else None
+    return t.isoformat() if t is not None else ""

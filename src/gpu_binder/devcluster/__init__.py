@@ -1,0 +1,1 @@
+"""A development cluster: the local control plane with simulated GPU nodes and gpu-binder."""

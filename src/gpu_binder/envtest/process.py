@@ -1,0 +1,114 @@
+"""The control plane's child processes: started with their output in a log file, ended
+with their parent, probed for health."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+LOG_TAIL_LINES = 15
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free on ``host`` a moment ago (envtest's approach; may race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+_PR_SET_PDEATHSIG = 1
+_prctl: Any = None
+if hasattr(os, "fork") and os.uname().sysname == "Linux":
+    try:
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - exotic libc
+        _prctl = None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL if the parent (thread) dies, leaving no orphan."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Process:
+    """One child process with its output in a log file."""
+
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, argv: Sequence[str]) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        in_main = threading.current_thread() is threading.main_thread()
+        with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # its own session: a terminal's Ctrl-C reaches Python, which stops it in order
+                start_new_session=True,
+                # PDEATHSIG follows the forking *thread*: only safe from the main thread
+                preexec_fn=_die_with_parent if in_main else None,
+            )
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "".join(text.splitlines(keepends=True)[-lines:])
+
+
+def flag_args(flags: Mapping[str, str | None]) -> list[str]:
+    return [f"--{k}={v}" for k, v in flags.items() if v is not None]
+
+
+def https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def apiserver_ready(url: str, ctx: ssl.SSLContext) -> bool:
+    return all(https_ok(url + path, ctx) for path in ("/healthz", "/readyz"))
+
+
+def etcd_healthy(client_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(client_url + "/health", timeout=2) as resp:
+            return bool(json.loads(resp.read()).get("health") == "true")
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,195 @@
+"""`gpu-binder run`: the binder, webhook, metrics and probes in one process (DESIGN §6).
+
+Every flag can also be set in the environment as GPU_BINDER_<FLAG> (e.g.
+GPU_BINDER_LOST_GRACE=5m); a flag on the command line wins. SIGTERM and SIGINT shut
+down cleanly: the lease is released, so the next replica takes over at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gpu_binder.api.meta import parse_duration
+from gpu_binder.binder.config import Config
+from gpu_binder.kube import ConfigError, connect
+from gpu_binder.kube.leaderelection import Timings
+from gpu_binder.kube.logs import setup as setup_logs
+from gpu_binder.kube.manager import Manager, Options, WebhookOptions, default_identity
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "GPU_BINDER_"
+DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _namespaces(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-binder run",
+        description="Run the binder, its admission webhook, metrics and health probes.",
+        epilog="Every flag may be given in the environment as GPU_BINDER_<FLAG>, "
+        "e.g. GPU_BINDER_LOST_GRACE=5m.",
+    )
+    d = Config()
+    add = _adder(p)
+    add("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster config)")
+    add("--context", default=None, help="kubeconfig context")
+    add("--as", dest="as_user", default=None, help="impersonate this user (kubectl's --as)")
+    add("--as-group", default="", type=_namespaces, help="impersonated groups, comma-separated")
+    add("--enabled", default=d.enabled, type=_bool, help="bind GPUs (false: bookkeeping only)")
+    add("--attachment-grace", default=d.attachment_grace, type=_duration)
+    add("--lost-grace", default=d.lost_grace, type=_duration)
+    add("--degraded-grace", default=d.degraded_grace, type=_duration)
+    add("--bind-timeout", default=d.bind_timeout, type=_duration)
+    add("--resync", default=d.resync, type=_duration)
+    add(
+        "--excluded-namespaces",
+        default=d.excluded_namespaces,
+        type=_namespaces,
+        help="namespaces whose VMIs the webhook passes untouched, comma-separated",
+    )
+    add("--kubevirt-namespace", default=d.kubevirt_namespace)
+    add("--kubevirt-name", default=d.kubevirt_name)
+    add("--leader-elect", default=True, type=_bool, help="false: reconcile without a lease")
+    add("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpu-binder"))
+    add("--lease-name", default="gpu-binder")
+    add("--identity", default=os.environ.get("POD_NAME") or default_identity())
+    add("--lease-duration", default=timedelta(seconds=15), type=_duration)
+    add("--renew-deadline", default=timedelta(seconds=10), type=_duration)
+    add("--retry-period", default=timedelta(seconds=2), type=_duration)
+    add("--webhook", default=True, type=_bool, help="serve the admission webhook")
+    add("--webhook-host", default="0.0.0.0")
+    add("--webhook-port", default=9443, type=int)
+    add("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt", type=Path)
+    add("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", type=Path)
+    add("--cert-reload-interval", default=timedelta(seconds=10), type=_duration)
+    add("--metrics-host", default="0.0.0.0")
+    add("--metrics-port", default=8080, type=int, help="0: no metrics and probe server")
+    add("--log-level", default="info", help="debug, info, warning or error")
+    add("--log-format", default="json", choices=("json", "text"))
+    return p
+
+
+def _adder(p: argparse.ArgumentParser) -> Callable[..., None]:
+    """add_argument with the default taken from GPU_BINDER_<FLAG> when it is set."""
+
+    def add(flag: str, **kwargs: Any) -> None:
+        env = ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+        if env in os.environ:
+            convert = kwargs.get("type", str)
+            try:
+                kwargs["default"] = convert(os.environ[env])
+            except (argparse.ArgumentTypeError, ValueError) as e:
+                p.error(f"{env}: {e}")
+        kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]".strip()
+        p.add_argument(flag, **kwargs)
+
+    return add
+
+
+def settings(args: argparse.Namespace) -> tuple[Config, Options]:
+    config = Config(
+        enabled=args.enabled,
+        attachment_grace=args.attachment_grace,
+        lost_grace=args.lost_grace,
+        degraded_grace=args.degraded_grace,
+        bind_timeout=args.bind_timeout,
+        resync=args.resync,
+        excluded_namespaces=args.excluded_namespaces,
+        kubevirt_namespace=args.kubevirt_namespace,
+        kubevirt_name=args.kubevirt_name,
+    )
+    webhook = (
+        WebhookOptions(
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_key_file,
+            host=args.webhook_host,
+            port=args.webhook_port,
+            reload_interval=args.cert_reload_interval.total_seconds(),
+        )
+        if args.webhook
+        else None
+    )
+    options = Options(
+        identity=args.identity,
+        lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name,
+        timings=Timings(
+            args.lease_duration.total_seconds(),
+            args.renew_deadline.total_seconds(),
+            args.retry_period.total_seconds(),
+        ),
+        leader_elect=args.leader_elect,
+        webhook=webhook,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port or None,
+    )
+    return config, options
+
+
+async def run(args: argparse.Namespace) -> int:
+    config, options = settings(args)
+    impersonate = (args.as_user, tuple(args.as_group)) if args.as_user else None
+    try:
+        client = await connect(args.kubeconfig, context=args.context, impersonate=impersonate)
+    except ConfigError as e:
+        print(f"gpu-binder run: {e}", file=sys.stderr)
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    manager = Manager(client, config, options)
+    log.info(
+        "starting",
+        extra={"identity": options.identity, "server": client.server, "enabled": config.enabled},
+    )
+    try:
+        await manager.run(stop)
+    finally:
+        await client.close()
+    return 0
+
+
+def main_run(argv: list[str] | None = None) -> int:
+    """Entry point of `gpu-binder run ARGS`."""
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logs(args.log_level, args.log_format)
+    try:
+        Timings(
+            args.lease_duration.total_seconds(),
+            args.renew_deadline.total_seconds(),
+            args.retry_period.total_seconds(),
+        )
+    except ValueError as e:
+        print(f"gpu-binder run: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(run(args))

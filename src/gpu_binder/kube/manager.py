@@ -1,0 +1,212 @@
+"""The manager: one process's informers, world, webhook, metrics, lease and controller.
+
+Every replica keeps the caches and serves the webhook and metrics; only the lease holder
+runs the controller, and its reconciler is fenced by the lease (`is_leader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpu_binder.api.kinds import KubeVirt, resource_of
+from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.types import GPUBindRequest, GPUClass, GPUDevice, GPUUsageRecord
+from gpu_binder.binder.config import Config
+from gpu_binder.binder.metrics import Metrics
+from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
+from gpu_binder.binder.world import World
+from gpu_binder.client.interface import WatchEvent
+from gpu_binder.kube.cache import Informer, Informers
+from gpu_binder.kube.client import KubeClient
+from gpu_binder.kube.controller import Controller
+from gpu_binder.kube.events import BackgroundRecorder
+from gpu_binder.kube.leaderelection import LeaderElector, Timings
+from gpu_binder.kube.metrics import RunMetrics
+from gpu_binder.kube.metricsserver import MetricsServer
+from gpu_binder.kube.queue import WorkQueue
+from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
+from gpu_binder.webhook import Admitter
+
+log = logging.getLogger(__name__)
+
+# The kinds the binder decides on; KubeVirt's CR only for the settings it renders.
+WATCHED: tuple[type[Any], ...] = (
+    GPUClass,
+    Node,
+    GPUDevice,
+    VirtualMachine,
+    VirtualMachineInstance,
+    GPUBindRequest,
+    GPUUsageRecord,
+    KubeVirt,
+)
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class WebhookOptions:
+    cert_file: Path
+    key_file: Path
+    host: str = "0.0.0.0"
+    port: int = 9443
+    reload_interval: float = 10.0
+
+
+@dataclass(frozen=True)
+class Options:
+    identity: str = field(default_factory=default_identity)
+    lease_namespace: str = "gpu-binder"
+    lease_name: str = "gpu-binder"
+    timings: Timings = field(default_factory=Timings)
+    # Off: this process reconciles without a lease (one replica only, e.g. a dev cluster).
+    leader_elect: bool = True
+    webhook: WebhookOptions | None = None
+    metrics_host: str = "0.0.0.0"
+    # None: no metrics server (tests that read the registry directly).
+    metrics_port: int | None = 8080
+
+
+class Manager:
+    def __init__(
+        self,
+        client: KubeClient,
+        config: Config | None = None,
+        options: Options | None = None,
+        *,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.client = client
+        self.config = config or Config()
+        self.options = options or Options()
+        self.clock = clock
+        self.world = World()
+        self.metrics = Metrics()
+        self.run_metrics = RunMetrics(self.metrics.registry)
+        self.queue = WorkQueue(first=[REQUESTS_KEY])
+        self.informers = Informers([self._informer(kind) for kind in WATCHED])
+        self.recorder = BackgroundRecorder(client, self.options.identity)
+        self.admitter = Admitter(self.world, client, self.config)
+        self.elector = LeaderElector(
+            client,
+            self.options.lease_namespace,
+            self.options.lease_name,
+            self.options.identity,
+            self.options.timings,
+            on_started=self._started_leading,
+            on_stopped=self._stopped_leading,
+        )
+        self.controller = Controller(self.queue, self.informers, self._reconciler)
+        self._controller_task: asyncio.Task[None] | None = None
+        self.webhook: WebhookServer | None = None
+        self.metrics_server: MetricsServer | None = None
+
+    # --- wiring ---------------------------------------------------------------------
+
+    def _informer(self, kind: type[Any]) -> Informer[Any]:
+        namespace = self.config.kubevirt_namespace if kind is KubeVirt else None
+        relisted = self.run_metrics.relists.labels(resource_of(kind).plural).inc
+        return Informer(self.client, kind, self._on_event, namespace, on_relist=relisted)
+
+    def _on_event(self, event: WatchEvent[Any]) -> None:
+        self.world.apply(event)
+        if isinstance(event.object, GPUBindRequest):
+            self.queue.add(REQUESTS_KEY)
+        self.queue.add(PASS_KEY)
+
+    def _reconciler(self) -> Reconciler:
+        return Reconciler(
+            self.client,
+            self.world,
+            self.config,
+            clock=self.clock,
+            recorder=self.recorder,
+            metrics=self.metrics,
+            is_leader=self.is_leader,
+        )
+
+    def is_leader(self) -> bool:
+        return not self.options.leader_elect or self.elector.is_leader()
+
+    @property
+    def ready(self) -> bool:
+        return self.informers.synced
+
+    # --- running --------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve and reconcile until stop is set; then release the lease and shut down."""
+        await self.start()
+        try:
+            if self.options.leader_elect:
+                await self.elector.run(stop)
+            else:
+                self._started_leading()
+                await stop.wait()
+                self._stopped_leading()
+        finally:
+            await self.shutdown()
+
+    async def start(self) -> None:
+        self.informers.start()
+        self.recorder.start()
+        webhook = self.options.webhook
+        if webhook is not None:
+            self.webhook = WebhookServer(
+                self.admitter,
+                CertificateFiles(webhook.cert_file, webhook.key_file),
+                self.run_metrics,
+                host=webhook.host,
+                port=webhook.port,
+                reload_interval=webhook.reload_interval,
+                ready=lambda: self.ready,
+            )
+            await self.webhook.start()
+        if self.options.metrics_port is not None:
+            self.metrics_server = MetricsServer(
+                self.metrics.registry,
+                host=self.options.metrics_host,
+                port=self.options.metrics_port,
+                ready=lambda: self.ready,
+            )
+            await self.metrics_server.start()
+
+    async def shutdown(self) -> None:
+        self._stopped_leading()
+        if self._controller_task is not None:
+            await asyncio.gather(self._controller_task, return_exceptions=True)
+        self.queue.shutdown()
+        if self.webhook is not None:
+            await self.webhook.stop()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        await self.recorder.stop()
+        await self.informers.stop()
+        log.info("stopped", extra={"identity": self.options.identity})
+
+    def _started_leading(self) -> None:
+        self.run_metrics.leader.set(1)
+        self._controller_task = asyncio.create_task(self._lead(), name="controller")
+
+    def _stopped_leading(self) -> None:
+        self.run_metrics.leader.set(0)
+        if self._controller_task is not None and not self._controller_task.done():
+            self._controller_task.cancel()
+
+    async def _lead(self) -> None:
+        try:
+            await self.controller.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the controller stopped")

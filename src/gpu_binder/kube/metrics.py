@@ -1,0 +1,35 @@
+"""Metrics of running against an API server, on the binder's own registry (binder.metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class RunMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.leader = Gauge(
+            "gpu_binder_leader",
+            "1 while this replica holds the lease and reconciles",
+            registry=registry,
+        )
+        self.admissions = Histogram(
+            "gpu_binder_webhook_seconds",
+            "Time to answer an AdmissionReview",
+            ["allowed"],
+            registry=registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.bad_reviews = Counter(
+            "gpu_binder_webhook_bad_reviews",
+            "Malformed AdmissionReviews answered 400",
+            registry=registry,
+        )
+        self.relists = Counter(
+            "gpu_binder_informer_relists",
+            "Lists after a watch expired (410 Gone)",
+            ["kind"],
+            registry=registry,
+        )
+        self.cert_reloads = Counter(
+            "gpu_binder_webhook_cert_reloads", "Serving certificate reloads", registry=registry
+        )

@@ -1,0 +1,171 @@
+"""Placement's indexes in the World — CPU and memory per node, nodes by free state, the
+order mix — kept by events, always equal to what a recount from scratch finds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_binder.api.kubevirt import Node, VirtualMachine
+from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.types import (
+    FINALIZER,
+    Binding,
+    BindReason,
+    GPUClass,
+    GPUClassSpec,
+    GPUDevice,
+    GPUDeviceSpec,
+    GPUDeviceStatus,
+    ObjectRef,
+    Phase,
+    device_name,
+)
+from gpu_binder.binder.world import World, demands_of, is_free
+from gpu_binder.client.interface import WatchEvent
+from gpu_binder.placement import UNLIMITED
+
+from .cluster import T0, pci
+
+NODES = ("n0", "n1", "n2")
+SLOTS = 4
+VMS = ("vm0", "vm1", "vm2", "vm3")
+RESOURCE = "nvidia.com/H100"
+
+
+def put(world: World, obj: Any, kind: str = "MODIFIED") -> None:
+    world.apply(WatchEvent(kind, obj))  # type: ignore[arg-type]
+
+
+def node(name: str, cpu: int | None) -> Node:
+    allocatable = {} if cpu is None else {"cpu": str(cpu), "memory": f"{cpu}Gi"}
+    return Node.from_dict(
+        {
+            "metadata": {"name": name},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": allocatable,
+            },
+        }
+    )
+
+
+def vm(name: str, gpus: int, cpu: int) -> VirtualMachine:
+    return VirtualMachine.from_dict(
+        {
+            "metadata": {"name": name, "namespace": "t", "uid": name},
+            "spec": {
+                "running": True,
+                "template": {
+                    "spec": {
+                        "domain": {
+                            "devices": {"gpus": [{"deviceName": RESOURCE}] * gpus},
+                            "resources": {"requests": {"cpu": str(cpu), "memory": f"{cpu}Gi"}},
+                        }
+                    }
+                },
+            },
+        }
+    )
+
+
+def device(node_name: str, slot: int, vm_name: str | None) -> GPUDevice:
+    binding = None
+    if vm_name is not None:
+        binding = Binding(
+            vm=ObjectRef(namespace="t", name=vm_name, uid=vm_name),
+            bound_at=T0,
+            reason=BindReason.ORDER,
+        )
+    return GPUDevice(
+        metadata=ObjectMeta(name=device_name(node_name, pci(slot)), finalizers=(FINALIZER,)),
+        spec=GPUDeviceSpec(
+            node_name=node_name, pci_address=pci(slot), slot=slot, device_id="0x2330"
+        ),
+        status=GPUDeviceStatus(
+            class_name="h100",
+            phase=Phase.BOUND if binding else Phase.AVAILABLE,
+            binding=binding,
+        ),
+    )
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("node"), st.sampled_from(NODES), st.one_of(st.none(), st.integers(8, 64))
+        ),
+        st.tuples(st.just("vm"), st.sampled_from(VMS), st.integers(1, 3), st.integers(0, 16)),
+        st.tuples(st.just("unvm"), st.sampled_from(VMS)),
+        st.tuples(
+            st.just("bind"),
+            st.sampled_from(NODES),
+            st.integers(0, SLOTS - 1),
+            st.one_of(st.none(), st.sampled_from(VMS)),
+        ),
+    ),
+    max_size=40,
+)
+
+
+def recount(world: World) -> dict[str, object]:
+    d = world.devices
+    used: Counter[str] = Counter()
+    mem: Counter[str] = Counter()
+    for key, names in d.by_vm.items():
+        cpu, memory = d.resources.request(key)
+        for n in {d.by_name[name].spec.node_name for name in names}:
+            used[n] += cpu
+            mem[n] += memory
+    states: dict[tuple[int, int, int], list[str]] = {}
+    free_count = 0
+    for dev in d.by_name.values():
+        free_count += is_free(dev)
+    for n in NODES:
+        free = sum(1 for x in d.names_on(n) if is_free(d.by_name[x]))
+        if free:
+            cpu_alloc, mem_alloc = d.resources.allocatable_of(n)
+            cpu_free = UNLIMITED if cpu_alloc == UNLIMITED else cpu_alloc - used[n]
+            mem_free = UNLIMITED if mem_alloc == UNLIMITED else mem_alloc - mem[n]
+            states.setdefault((free, cpu_free, mem_free), []).append(n)
+    demands: Counter[object] = Counter()
+    for v in world.vms.values():
+        for dem in demands_of(world.named_order(v.key), (), v.cpu_milli, v.memory_bytes):
+            demands[dem] += 1
+    return {"states": states, "free": free_count, "mix": dict(demands)}
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops)
+def test_the_indexes_equal_a_recount_after_any_events(script: list[tuple[Any, ...]]) -> None:
+    world = World()
+    put(
+        world,
+        GPUClass(metadata=ObjectMeta(name="h100"), spec=GPUClassSpec(resource_name=RESOURCE)),
+        "ADDED",
+    )
+    for n in NODES:
+        put(world, node(n, 32), "ADDED")
+        for slot in range(SLOTS):
+            put(world, device(n, slot, None), "ADDED")
+    for op in script:
+        if op[0] == "node":
+            put(world, node(op[1], op[2]))
+        elif op[0] == "vm":
+            put(world, vm(op[1], op[2], op[3]))
+        elif op[0] == "unvm":
+            v = world.vms.get(f"t/{op[1]}")
+            if v is not None:
+                put(world, v, "DELETED")
+        else:
+            put(world, device(op[1], op[2], op[3]))
+    expected = recount(world)
+    d = world.devices
+    assert {s: sorted(ns) for s, ns in d.states.groups.get("h100", {}).items()} == expected[
+        "states"
+    ]
+    assert d.free_count["h100"] == expected["free"]
+    assert dict(world.mix.counts) == expected["mix"]

@@ -1,0 +1,32 @@
+"""The embedded cluster under a random workload with faults: the invariants of DESIGN §2
+hold after every event, over many seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_binder.sim.command import run
+
+
+@pytest.mark.parametrize("seed", range(1, 13))
+async def test_invariants_hold_under_chaos(seed: int) -> None:
+    figures = await run(nodes=12, gpus_per_node=8, vms=60, events=300, seed=seed, chaos=True)
+    assert figures["violations"] == []
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+async def test_incremental_passes_decide_as_full_sweeps_would(seed: int) -> None:
+    incremental = await run(nodes=10, gpus_per_node=8, vms=50, events=300, seed=seed, chaos=True)
+    swept = await run(
+        nodes=10, gpus_per_node=8, vms=50, events=300, seed=seed, chaos=True, sweep_always=True
+    )
+    assert incremental["final_bindings"] == swept["final_bindings"]
+    for figure in ("binds", "moves", "rebinds", "adoptions", "usage_records_closed"):
+        assert incremental[figure] == swept[figure], figure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 4))
+async def test_invariants_hold_in_a_long_chaos_run(seed: int) -> None:
+    figures = await run(nodes=200, gpus_per_node=8, vms=1500, events=20_000, seed=seed, chaos=True)
+    assert figures["violations"] == []

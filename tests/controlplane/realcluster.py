@@ -1,0 +1,237 @@
+"""Building blocks of the tests against the real control plane: objects, installs, waiting.
+
+Every test makes its own class (its own resourceName and PCI device id), nodes and
+namespace, so tests sharing the session's API server never place on each other's GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.types import (
+    FINALIZER,
+    DeviceMatch,
+    GPUClass,
+    GPUClassSpec,
+    GPUDevice,
+    GPUDeviceSpec,
+    PlacementSpec,
+    device_name,
+)
+from gpu_binder.envtest import ControlPlane
+from gpu_binder.kube.client import KubeClient
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+BINDER_SA = (
+    "system:serviceaccount:gpu-binder:gpu-binder",
+    ("system:serviceaccounts", "system:serviceaccounts:gpu-binder", "system:authenticated"),
+)
+PATHS = {
+    "Namespace": "/api/v1/namespaces",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "MutatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    ),
+}
+
+X = TypeVar("X")
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def put(cp: ControlPlane, doc: dict[str, Any]) -> dict[str, Any]:
+    """Create, or replace what an earlier test or session left."""
+    path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+    created = cp.request("POST", path, doc)
+    if created.status == 409:
+        name = doc["metadata"]["name"]
+        current = cp.request("GET", f"{path}/{name}").json()
+        meta = {**doc["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+        created = cp.request("PUT", f"{path}/{name}", {**doc, "metadata": meta})
+    assert created.ok, created.body
+    result: dict[str, Any] = created.json()
+    return result
+
+
+def install(cp: ControlPlane, file: Path) -> list[dict[str, Any]]:
+    return [put(cp, doc) for doc in yaml.safe_load_all(file.read_text()) if doc]
+
+
+def namespace(cp: ControlPlane, prefix: str = "t") -> str:
+    name = f"{prefix}-{uid()}"
+    put(cp, {"kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[X | None]], timeout: float = 15.0, what: str = "condition"
+) -> X:
+    """The first truthy result of probe, polled; fails the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last: X | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not reached in {timeout:g}s (last: {last!r})")
+
+
+class Fleet:
+    """One test's GPU class, nodes and devices, created through the admin client."""
+
+    def __init__(self, admin: KubeClient, gpus_per_node: int = 4) -> None:
+        self.admin = admin
+        self.id = uid()
+        # A device id of this test alone, so other tests' classes never match its GPUs.
+        self.device_id = f"0x{int(self.id[:4], 16):04x}"
+        self.class_name = f"gpu-{self.id}"
+        self.resource = f"example.com/GPU_{self.id}"
+        self.gpus_per_node = gpus_per_node
+
+    def slot(self, n: int) -> str:
+        return f"gpu.cozystack.io/10de-{self.device_id.removeprefix('0x')}-s{n}"
+
+    async def create_class(self, **spec: Any) -> GPUClass:
+        spec.setdefault("placement", PlacementSpec(policy="Pack"))
+        cls = GPUClass(
+            metadata=ObjectMeta(name=self.class_name),
+            spec=GPUClassSpec(
+                resource_name=self.resource,
+                match=DeviceMatch(vendor_id="0x10de", device_ids=(self.device_id,)),
+                **spec,
+            ),
+        )
+        return await self.admin.create(cls)
+
+    async def create_node(self, suffix: str, ready: bool = True) -> str:
+        name = f"n-{self.id}-{suffix}"
+        raw = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        }
+        await self.admin.create(Node.from_dict(raw))
+        await self.set_node(name, ready=ready)
+        for i in range(self.gpus_per_node):
+            spec = GPUDeviceSpec(
+                node_name=name,
+                pci_address=f"0000:{0x10 + i:02x}:00.0",
+                slot=i,
+                vendor_id="0x10de",
+                device_id=self.device_id,
+                model="test GPU",
+            )
+            meta = ObjectMeta(name=device_name(name, spec.pci_address), finalizers=(FINALIZER,))
+            await self.admin.create(GPUDevice(metadata=meta, spec=spec))
+        return name
+
+    async def set_node(self, name: str, ready: bool, since: str | None = None) -> None:
+        now = since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "NodeStatusUnknown",
+                    "lastTransitionTime": now,
+                    "lastHeartbeatTime": now,
+                }
+            ],
+            "allocatable": {self.slot(i): "1" for i in range(self.gpus_per_node)},
+            "capacity": {self.slot(i): "1" for i in range(self.gpus_per_node)},
+        }
+        await self.admin.patch_status(Node, name, "", {"status": status})
+
+    async def devices(self) -> list[GPUDevice]:
+        items = (await self.admin.list(GPUDevice)).items
+        return [d for d in items if d.spec.device_id == self.device_id]
+
+    async def set_of(self, namespace: str, vm: str) -> list[GPUDevice]:
+        return [
+            d
+            for d in await self.devices()
+            if d.status.binding is not None
+            and d.status.binding.vm.namespace == namespace
+            and d.status.binding.vm.name == vm
+        ]
+
+    def gpus(self, count: int) -> list[dict[str, str]]:
+        return [{"name": f"gpu{i}", "deviceName": self.resource} for i in range(count)]
+
+    async def create_vm(
+        self, namespace: str, name: str, gpus: int, running: bool = True
+    ) -> VirtualMachine:
+        raw = {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "runStrategy": "Always" if running else "Halted",
+                "template": {"spec": {"domain": {"devices": {"gpus": self.gpus(gpus)}}}},
+            },
+        }
+        return await self.admin.create(VirtualMachine.from_dict(raw))
+
+
+def vmi_of(
+    vm: VirtualMachine | None,
+    namespace: str,
+    name: str,
+    gpus: list[dict[str, str]],
+    affinity: dict[str, Any] | None = None,
+) -> VirtualMachineInstance:
+    """The VMI KubeVirt's VM controller would create for vm (or a standalone one)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if vm is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "kubevirt.io/v1",
+                "kind": "VirtualMachine",
+                "name": vm.metadata.name,
+                "uid": vm.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    spec: dict[str, Any] = {"domain": {"devices": {"gpus": gpus}}}
+    if affinity is not None:
+        spec["affinity"] = affinity
+    raw = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta}
+    return VirtualMachineInstance.from_dict({**raw, "spec": spec})
+
+
+async def run_vmi(admin: KubeClient, vmi: VirtualMachineInstance, node: str) -> None:
+    """What virt-handler reports once the VMI runs on node (VMIs have no status subresource)."""
+    status = {"phase": "Running", "nodeName": node}
+    await admin.patch(
+        VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace, {"status": status}
+    )
+
+
+async def end_vmi(admin: KubeClient, vmi: VirtualMachineInstance) -> None:
+    ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "phase": "Succeeded",
+        "phaseTransitionTimestamps": [{"phase": "Succeeded", "phaseTransitionTimestamp": ended}],
+    }
+    await admin.patch(
+        VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace, {"status": status}
+    )

@@ -1,0 +1,128 @@
+"""The binder's rules that need time or a race, on a real API server."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from conftest import StartBinder
+from realcluster import BINDER_SA, Fleet, end_vmi, eventually, namespace, run_vmi, vmi_of
+
+from gpu_binder.api.types import GPUDevice, Phase
+from gpu_binder.binder.config import Config
+from gpu_binder.client.errors import NotFound
+from gpu_binder.envtest import ControlPlane
+from gpu_binder.kube import KubeClient, load
+
+pytestmark = pytest.mark.controlplane
+
+FAST = Config(lost_grace=timedelta(seconds=2), resync=timedelta(milliseconds=500))
+
+
+async def test_a_lost_node_rebinds_stopped_vms_and_running_ones_keep_their_gpus(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin)
+    await fleet.create_class()
+    node_a = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    await start_binder(FAST)
+    await fleet.create_vm(ns, "stopped", gpus=2, running=False)
+    running = await fleet.create_vm(ns, "running", gpus=2)
+    await eventually(lambda: _on(fleet, ns, "stopped", node_a), what="stopped VM bound")
+    await eventually(lambda: _on(fleet, ns, "running", node_a), what="running VM bound")
+    vmi = await admin.create(vmi_of(running, ns, "running", fleet.gpus(2)))
+    await run_vmi(admin, vmi, node_a)
+    node_b = await fleet.create_node("b")
+
+    await fleet.set_node(node_a, ready=False)
+
+    await eventually(lambda: _on(fleet, ns, "stopped", node_b), what="stopped VM rebound")
+    kept = await eventually(lambda: _lost(fleet, ns, "running", node_a), what="running kept")
+    assert all(d.status.attachment is not None for d in kept)
+
+    await end_vmi(admin, vmi)
+
+    await eventually(lambda: _on(fleet, ns, "running", node_b), what="running VM rebound")
+    on_a = [d for d in await fleet.devices() if d.spec.node_name == node_a]
+    assert all(d.status.binding is None and d.status.phase == Phase.LOST for d in on_a)
+
+
+async def test_a_deleted_device_waits_for_its_vmi_then_goes(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    (device,) = await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    await run_vmi(admin, vmi, node)
+    await eventually(lambda: _phase(admin, device.metadata.name, Phase.ATTACHED), what="attached")
+
+    await admin.delete(GPUDevice, device.metadata.name)
+
+    held = await eventually(
+        lambda: _phase(admin, device.metadata.name, Phase.RELEASING), what="releasing"
+    )
+    assert held.metadata.deletion_timestamp is not None and held.status.attachment is not None
+    await end_vmi(admin, vmi)
+    await eventually(lambda: _gone(admin, device.metadata.name), what="device gone")
+
+
+async def test_a_concurrent_write_costs_a_conflict_and_never_a_wrong_placement(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=2)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    cordoned: list[str] = []
+
+    class Racing(KubeClient):
+        """Between the binder's read and its write, an admin cordons the device."""
+
+        async def update_status(self, obj: Any) -> Any:
+            if isinstance(obj, GPUDevice) and obj.status.binding is not None and not cordoned:
+                cordoned.append(obj.metadata.name)
+                await admin.patch(
+                    GPUDevice, obj.metadata.name, "", {"spec": {"unschedulable": True}}
+                )
+            return await super().update_status(obj)
+
+    racing = Racing(await load(str(control_plane.kubeconfig)), impersonate=BINDER_SA)
+    binder = await start_binder(FAST, client=racing)
+    await fleet.create_vm(ns, "vm", gpus=1)
+
+    (device,) = await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
+    assert cordoned and device.metadata.name != cordoned[0]
+    assert binder.metrics.conflicts._value.get() >= 1
+    (other,) = [d for d in await fleet.devices() if d.metadata.name == cordoned[0]]
+    assert other.spec.unschedulable and other.status.binding is None
+
+
+async def _on(fleet: Fleet, ns: str, vm: str, node: str, n: int = 2) -> list[GPUDevice]:
+    devices = await fleet.set_of(ns, vm)
+    ok = len(devices) == n and all(d.spec.node_name == node for d in devices)
+    return devices if ok else []
+
+
+async def _lost(fleet: Fleet, ns: str, vm: str, node: str) -> list[GPUDevice]:
+    devices = await _on(fleet, ns, vm, node)
+    return devices if all(d.status.phase == Phase.LOST for d in devices) else []
+
+
+async def _phase(admin: KubeClient, name: str, phase: Phase) -> GPUDevice | None:
+    d = await admin.get(GPUDevice, name)
+    return d if d.status.phase == phase else None
+
+
+async def _gone(admin: KubeClient, name: str) -> bool:
+    try:
+        await admin.get(GPUDevice, name)
+    except NotFound:
+        return True
+    return False

@@ -1,0 +1,67 @@
+"""LeastStranded, the default policy: the node where the order strands the fewest GPUs."""
+
+from __future__ import annotations
+
+from gpu_binder.placement import Candidate, Demand, Mix, Outlook, least_stranded, rank
+
+A = frozenset({"a"})
+
+
+def best(
+    free: dict[str, int],
+    count: int,
+    mix: Mix,
+    *,
+    cpu_free: dict[str, int] | None = None,
+    cpu: int = 0,
+    whole: int = 8,
+) -> str:
+    candidates = [
+        Candidate(node, {"a": n}, cpu_free=(cpu_free or {}).get(node, 10**9))
+        for node, n in free.items()
+    ]
+    fits = rank({"a": count}, candidates, least_stranded, Outlook(mix, {}, {"a": whole}), cpu)
+    return fits[0].node
+
+
+def mix_of(*demands: Demand) -> Mix:
+    m = Mix()
+    for d in demands:
+        m.add(d)
+    return m
+
+
+def test_with_no_order_known_a_whole_node_stays_whole() -> None:
+    # The whole-node floor: an 8-GPU order could only ever use node-b whole.
+    assert best({"node-a": 3, "node-b": 8}, 1, Mix()) == "node-a"
+
+
+def test_a_free_pair_stays_whole_for_the_two_gpu_orders_of_the_mix() -> None:
+    mix = mix_of(Demand(1, 0, 0, A), Demand(2, 0, 0, A))
+    # Taking one of node-a's two would leave a lone GPU only 1-GPU orders can use.
+    assert best({"node-a": 2, "node-b": 3}, 1, mix, whole=4) == "node-b"
+
+
+def test_it_keeps_cpu_for_the_gpus_left_on_a_node() -> None:
+    mix = mix_of(Demand(1, 8_000, 0, A))
+    # On node-a the order would leave 3 GPUs and 4 cores: no order of the mix fits there.
+    free = {"node-a": 4, "node-b": 4}
+    assert best(free, 1, mix, cpu_free={"node-a": 12_000, "node-b": 40_000}, cpu=8_000) == (
+        "node-b"
+    )
+
+
+def test_on_equal_cost_it_takes_the_fullest_node_then_the_first_name() -> None:
+    mix = mix_of(Demand(1, 0, 0, A))
+    assert best({"node-c": 5, "node-b": 6, "node-a": 6}, 1, mix) == "node-c"
+    assert best({"node-b": 6, "node-a": 6}, 1, mix) == "node-a"
+
+
+def test_a_class_restricted_orders_need_is_left_to_them() -> None:
+    mix = mix_of(Demand(1, 0, 0, frozenset({"b"})), Demand(1, 0, 0, frozenset({"a", "b"})))
+    outlook = Outlook(mix, {"a": 0.0, "b": 0.9}, {})
+    fits = rank({"b": 1}, [Candidate("b1", {"b": 4})], least_stranded, outlook) + rank(
+        {"a": 1}, [Candidate("a1", {"a": 4})], least_stranded, outlook
+    )
+    scores = {f.node: least_stranded(f, outlook) for f in fits}
+    assert scores["a1"] > scores["b1"]

@@ -1,0 +1,111 @@
+"""A VM accepting several classes (gpu.cozystack.io/classes): its entries get the devices
+of whichever class its set holds, and a bind request carries the alternatives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_webhook_admit import admit_with_binder, device_names, node_terms, on
+from webhook_cluster import H100, L40S, NS, T0, Cluster, patched, review, vmi_of
+
+from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.types import CLASSES_ANNOTATION, GPUClass, GPUDevice, device_name
+from gpu_binder.webhook.decision import NeedsRequest
+
+A100_SLOT = "gpu.cozystack.io/10de-20b5-s{}"
+
+
+def a100_class(cluster: Cluster) -> None:
+    cluster.client.put(
+        GPUClass.model_validate(
+            {
+                "metadata": {"name": "a100"},
+                "spec": {
+                    "resourceName": "nvidia.com/GA100_A100_80GB",
+                    "match": {"vendorID": "0x10de", "deviceIDs": ["0x20b5"]},
+                },
+            }
+        )
+    )
+
+
+def a100(cluster: Cluster, node: str, slot: int, vm: VirtualMachine | None = None) -> GPUDevice:
+    pci = f"0000:{0x10 + slot:02x}:00.0"
+    status: dict[str, Any] = {"className": "a100", "phase": "Available"}
+    if vm is not None:
+        ref = {"namespace": NS, "name": vm.metadata.name, "uid": vm.metadata.uid}
+        status = {
+            "className": "a100",
+            "phase": "Bound",
+            "binding": {"vm": ref, "boundAt": T0, "reason": "Order"},
+        }
+    return cluster.client.put(
+        GPUDevice.model_validate(
+            {
+                "metadata": {"name": device_name(node, pci)},
+                "spec": {"nodeName": node, "pciAddress": pci, "slot": slot, "deviceID": "0x20b5"},
+                "status": status,
+            }
+        )
+    )
+
+
+def vm_accepting(cluster: Cluster, name: str, gpus: int, classes: str) -> VirtualMachine:
+    entries = [{"name": f"gpu{i}", "deviceName": H100} for i in range(gpus)]
+    return cluster.client.put(
+        VirtualMachine.from_dict(
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": NS,
+                    "annotations": {CLASSES_ANNOTATION: classes},
+                },
+                "spec": {
+                    "running": True,
+                    "template": {"spec": {"domain": {"devices": {"gpus": entries}}}},
+                },
+            }
+        )
+    )
+
+
+async def test_entries_naming_h100_get_the_a100_set_the_vm_holds(cluster: Cluster) -> None:
+    a100_class(cluster)
+    vm = vm_accepting(cluster, "vm1", 2, "h100,a100")
+    a100(cluster, "node-b", 4, vm=vm)
+    a100(cluster, "node-b", 6, vm=vm)
+    vmi = vmi_of(vm)
+    out = patched(await cluster.admitter().admit(review(vmi)), vmi)
+    assert device_names(out) == [A100_SLOT.format(4), A100_SLOT.format(6)]
+    assert node_terms(out) == [{"matchFields": [on("node-b")]}]
+
+
+async def test_a_node_pinned_alternative_gets_its_own_resource_name(cluster: Cluster) -> None:
+    vm = vm_accepting(cluster, "vm1", 1, "h100,l40s")
+    cluster.gpu("node-c", 1, cls="l40s", vm=vm)
+    vmi = vmi_of(vm)
+    out = patched(await cluster.admitter().admit(review(vmi)), vmi)
+    # Another plugin serves l40s by count: the entry must ask for l40s, not h100.
+    assert device_names(out) == [L40S]
+    assert node_terms(out) == [{"matchFields": [on("node-c")]}]
+
+
+async def test_a_request_carries_the_classes_the_vm_accepts(cluster: Cluster) -> None:
+    a100_class(cluster)
+    vm = vm_accepting(cluster, "vm1", 2, "h100, a100, nosuchclass")
+    decision = cluster.admitter().decide(review(vmi_of(vm)))
+    assert isinstance(decision, NeedsRequest)
+    [r] = decision.request.spec.requests
+    assert (r.class_name, r.count, r.alternatives) == ("h100", 2, ("h100", "a100"))
+
+
+async def test_the_binder_answers_from_an_alternative_class(cluster: Cluster) -> None:
+    a100_class(cluster)
+    vm = vm_accepting(cluster, "vm1", 2, "h100,a100")
+    a100(cluster, "node-a", 0)
+    a100(cluster, "node-a", 1)
+    cluster.gpu("node-b", 0)  # one h100: too few
+    vmi = vmi_of(vm)
+    out = patched(await admit_with_binder(cluster, review(vmi)), vmi)
+    assert device_names(out) == [A100_SLOT.format(0), A100_SLOT.format(1)]
+    assert node_terms(out) == [{"matchFields": [on("node-a")]}]
