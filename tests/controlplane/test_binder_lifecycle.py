@@ -6,9 +6,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import StartBinder
 from realcluster import BINDER_SA, Fleet, end_vmi, eventually, namespace, run_vmi, vmi_of
 
+from conftest import StartBinder
 from gpu_binder.api.types import GPUDevice, Phase
 from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import NotFound

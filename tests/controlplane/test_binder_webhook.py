@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import StartBinder
 from realcluster import Fleet, eventually, namespace, vmi_of
 
+from conftest import StartBinder
 from gpu_binder.api.kinds import Event
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import DEVICES_ANNOTATION

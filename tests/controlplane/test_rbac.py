@@ -8,9 +8,9 @@ the other tests also prove the ClusterRole is enough for the binder to work.
 from __future__ import annotations
 
 import pytest
-from conftest import BinderSetup
 from realcluster import BINDER_SA, Fleet, namespace, put
 
+from conftest import BinderSetup
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import GPUDeviceStatus, GPUUsageRecord, GPUUsageRecordSpec, VMRef
 from gpu_binder.client.errors import Forbidden

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import BinderSetup
 from realcluster import BINDER_SA, Fleet, eventually, namespace, uid
 
+from conftest import BinderSetup
 from gpu_binder.envtest import free_port
 from gpu_binder.kube import KubeClient
 
