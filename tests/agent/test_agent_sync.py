@@ -44,10 +44,21 @@ async def test_the_first_pass_creates_one_gpudevice_per_gpu(tmp_path: Path) -> N
         numa_node=0,
         iommu_group=host.iommu_group("0000:18:00.0"),
         nvlink_domain="nvswitch-0000-05-00-0",
+        pcie_switch="0000:16:00.0",
         driver="vfio-pci",
         health=Health.HEALTHY,
     )
     assert [devices[a].spec.slot for a in H100_GPUS] == list(range(8))
+
+
+async def test_gpus_behind_one_pcie_switch_say_so(tmp_path: Path) -> None:
+    hgx_h100(tmp_path)
+    client = MemoryClient()
+    await agent(tmp_path, client).run_pass()
+    devices = by_address(client)
+    switches = {a: devices[a].spec.pcie_switch for a in H100_GPUS}
+    assert switches[H100_GPUS[0]] == switches[H100_GPUS[1]] == "0000:16:00.0"
+    assert len(set(switches.values())) > 1
 
 
 async def test_a_pass_over_an_unchanged_node_writes_nothing(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ class Observed:
     numa_node: int | None = None
     iommu_group: int | None = None
     nvlink_domain: str | None = None
+    pcie_switch: str | None = None
     driver: str = ""
     health: Health = Health.HEALTHY
     health_message: str = ""
@@ -57,6 +58,7 @@ def observe(scan: Scan, root: Path) -> list[Observed]:
                 numa_node=f.numa_node,
                 iommu_group=f.iommu_group,
                 nvlink_domain=gpu.nvlink_domain,
+                pcie_switch=f.pcie_switch,
                 driver=f.driver,
                 health=verdict.health,
                 health_message=verdict.message,
@@ -117,6 +119,7 @@ def plan(
             numa_node=o.numa_node,
             iommu_group=o.iommu_group,
             nvlink_domain=o.nvlink_domain,
+            pcie_switch=o.pcie_switch,
             driver=o.driver,
             health=health,
             health_message=message,

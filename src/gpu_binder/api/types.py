@@ -131,6 +131,9 @@ class GPUDeviceSpec(Model):
     numa_node: int | None = None
     iommu_group: int | None = None
     nvlink_domain: str | None = None
+    # The upstream port of the PCIe switch the GPU sits behind: GPUs behind one switch
+    # talk peer to peer without crossing the root complex.
+    pcie_switch: str | None = Field(None, max_length=12)
     driver: str = ""
     health: Health = Health.HEALTHY
     health_message: str = ""
