@@ -14,7 +14,7 @@ async def test_invariants_hold_under_chaos(seed: int) -> None:
     assert figures["violations"] == []
 
 
-@pytest.mark.parametrize("seed", range(1, 5))
+@pytest.mark.parametrize("seed", range(1, 9))
 async def test_incremental_passes_decide_as_full_sweeps_would(seed: int) -> None:
     incremental = await run(nodes=10, gpus_per_node=8, vms=50, events=300, seed=seed, chaos=True)
     swept = await run(

@@ -7,7 +7,7 @@ that ends with no event is noticed at most one resync late, as in the reference.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
@@ -22,6 +22,24 @@ class Scope:
     devices: set[str] = field(default_factory=set)
     # The first pass of a binder: everything is new to it.
     initial: bool = False
+    # A class changed: every key's decision may have, whatever it remembers.
+    reclassed: bool = False
+
+    @property
+    def exhaustive(self) -> bool:
+        """A sweep that trusts no step's memory of clean keys."""
+        return self.full and (self.initial or self.reclassed)
+
+    def sweep(self, world: World, every: Collection[str], clean: Mapping[str, object]) -> list[str]:
+        """The keys of `every` a full sweep must decide about: those a step did not find
+        clean last time (it wrote, or waits for a clock), and those that changed since.
+        A clean key's verdict holds until an event touches it, so a sweep need not walk
+        the thousands that did not change; only the first pass and a class change do."""
+        if self.exhaustive:
+            return sorted(every)
+        # Set differences run in C: a sweep of 10,000 clean keys costs a fraction of a ms.
+        keys = every.keys() - clean.keys() if isinstance(every, dict) else set(every) - clean.keys()
+        return sorted(keys)
 
     def events_only(self) -> Scope:
         """For steps no clock can change (usage records): a sweep adds nothing past the
@@ -37,6 +55,7 @@ class Scope:
         scope = cls(full, d.touched_keys, d.touched_nodes, d.touched_devices)
         d.touched_keys, d.touched_nodes, d.touched_devices = set(), set(), set()
         if full:
+            scope.reclassed = world.needs_full
             world.needs_full = False
         return scope
 
@@ -60,14 +79,14 @@ class Scope:
     def changed_devices(self, world: World) -> set[str]:
         return self.devices | world.devices.touched_devices
 
-    def set_keys(self, world: World) -> list[str]:
+    def set_keys(self, world: World, clean: Mapping[str, object] | None = None) -> list[str]:
         """Order keys holding devices that this pass decides about."""
         by_vm = world.devices.by_vm
-        if self.full:
-            # Cache order, not sorted: the same events give the same order, and a sweep of
-            # every key must not pay for sorting them.
-            return list(by_vm)
+        if self.exhaustive or (self.full and clean is None):
+            return sorted(by_vm)
         keys = {k for k in self.changed_keys(world) if k in by_vm}
+        if self.full and clean is not None:
+            keys.update(self.sweep(world, by_vm, clean))
         for node in self.changed_nodes(world):
             for name in world.devices.names_on(node):
                 b = world.devices.by_name[name].status.binding
@@ -75,20 +94,27 @@ class Scope:
                     keys.add(b.vm.key)
         return sorted(keys)
 
-    def vmis(self, world: World) -> list[VirtualMachineInstance]:
-        if self.full:
-            return list(world.vmis.values())
-        out = []
+    def vmis(
+        self, world: World, clean: Mapping[str, object] | None = None
+    ) -> list[VirtualMachineInstance]:
+        if self.exhaustive or (self.full and clean is None):
+            return sorted(world.vmis.values(), key=lambda v: v.key)
+        keys: set[str] = set()
+        if self.full and clean is not None:
+            keys.update(self.sweep(world, world.vmis, clean))
         for key in self.changed_keys(world):
-            for vkey in world.vmis_by_order.get(key, ()):
-                out.append(world.vmis[vkey])
-        return sorted(out, key=lambda v: v.key)
+            keys.update(world.vmis_by_order.get(key, ()))
+        return [world.vmis[k] for k in sorted(keys)]
 
-    def devices_of_interest(self, world: World, among: Collection[str]) -> list[str]:
+    def devices_of_interest(
+        self, world: World, among: Collection[str], clean: Mapping[str, object] | None = None
+    ) -> list[str]:
         """Names in `among` that changed, or whose order or node changed."""
-        if self.full:
-            return list(among)
+        if self.exhaustive or (self.full and clean is None):
+            return sorted(among)
         candidates = set(self.changed_devices(world))
+        if self.full and clean is not None:
+            candidates.update(self.sweep(world, among, clean))
         by_vm = world.devices.by_vm
         for key in self.changed_keys(world):
             candidates.update(by_vm.get(key, ()))

@@ -94,7 +94,7 @@ class Cluster:
         self.stats = Stats()
         self.log = Log()
         self.binder_up = True
-        # Every pass a full sweep: the reference behaviour incremental passes must match.
+        # Every pass an exhaustive sweep: the reference incremental passes must match.
         self.sweep_always = sweep_always
         self.dirty_pass = True
         self.dirty_requests = False
@@ -167,6 +167,10 @@ class Cluster:
         if not self.binder_up:
             return
         try:
+            if self.sweep_always:
+                # The reference: every pass a sweep of every key, trusting no memory of
+                # keys found clean.
+                self.world.needs_full = True
             result = await self.reconciler.reconcile(key, True if self.sweep_always else None)
         except ApiError as e:
             self.stats.pass_errors += 1

@@ -20,7 +20,7 @@ def attachments(ctx: Context) -> None:
     _detach_ended(ctx)
     world = ctx.world
     clean = ctx.memory.clean.setdefault("attach", {})
-    for vmi in ctx.scope.vmis(world):
+    for vmi in ctx.scope.vmis(world, clean):
         if not (vmi.live and vmi.node_name):
             continue
         signature = (world.devices.key_gen.get(vm_key_of_vmi(vmi)), world.class_gen)
@@ -46,7 +46,7 @@ def _detach_ended(ctx: Context) -> None:
     # Per device, the device and VMI objects last seen in use: unchanged, still in use.
     seen = ctx.memory.clean.setdefault("detach", {})
     by_name, vmis = world.devices.by_name, world.vmis
-    for name in ctx.scope.devices_of_interest(world, world.devices.attached):
+    for name in ctx.scope.devices_of_interest(world, world.devices.attached, seen):
         d = by_name[name]
         cached = seen.get(name)
         # Checked before reading the device: a sweep over thousands of attachments that

@@ -14,9 +14,19 @@ from gpu_binder.binder.steps.status import largest_free_set
 def order_keys(ctx: Context) -> list[str]:
     """Every order in a full sweep; else the changed ones and those waiting for room."""
     world = ctx.world
-    if ctx.scope.full:
+    scope = ctx.scope
+    if scope.exhaustive:
         candidates: list[str] = list(world.vms)
         candidates += [v.key for v in world.vmis.values() if v.vm_name is None]
+    elif scope.full:
+        # Keys found clean keep their verdict until an event or their deadline comes.
+        clean = ctx.memory.clean.setdefault("orders", {})
+        due = [k for k, t in _timed(ctx).items() if t <= ctx.now]
+        wanted = set(scope.sweep(world, world.vms, clean)) | scope.changed_keys(world)
+        wanted.update(due)
+        wanted.update(ctx.memory.unplaceable)
+        wanted.update(v.key for v in world.vmis.values() if v.vm_name is None)
+        candidates = sorted(wanted)
     else:
         changed = ctx.scope.changed_keys(world)
         if ctx.memory.unplaceable_checked != world.capacity_gen:
@@ -33,6 +43,20 @@ def order_keys(ctx: Context) -> list[str]:
         elif any(v.vm_name is None for v in world.live_vmis(k)):
             keys.append(k)
     return keys
+
+
+def _timed(ctx: Context) -> dict[str, datetime]:
+    """Clean orders whose verdict a clock will change (a reservation running out)."""
+    timed: dict[str, datetime] = ctx.memory.clean.setdefault("orders-timed", {})  # type: ignore[assignment]
+    return timed
+
+
+def _settled(ctx: Context, key: str, signature: object, deadline: datetime) -> None:
+    ctx.memory.clean.setdefault("orders", {})[key] = (signature, deadline)
+    if deadline.year < datetime.max.year:
+        _timed(ctx)[key] = deadline
+    else:
+        _timed(ctx).pop(key, None)
 
 
 def release_after(ctx: Context, order: dict[str, int]) -> timedelta | None:
@@ -72,6 +96,9 @@ def orders(ctx: Context) -> None:
         cached = clean.get(key)
         if isinstance(cached, tuple) and cached[0] == signature and ctx.now < cached[1]:
             continue
+        # Judged anew: it is clean again only if this judgement finds it so.
+        clean.pop(key, None)
+        _timed(ctx).pop(key, None)
         order = world.order_of(key)
         if not order:
             continue
@@ -88,12 +115,12 @@ def orders(ctx: Context) -> None:
                     for d in devs:
                         ops.release(ctx, d, f"the VM has been stopped for longer than {limit}")
                     if not devs:
-                        clean[key] = (signature, deadline)  # until it starts or changes
+                        _settled(ctx, key, signature, deadline)  # until it starts or changes
                     continue
                 deadline = since + limit  # the reservation runs out then, with no event
         if not missing(order, current_set(ctx, key)):
             ctx.memory.unplaceable.pop(key, None)
-            clean[key] = (signature, deadline)
+            _settled(ctx, key, signature, deadline)
             continue
         running_on = {v.node_name for v in live if v.node_name}
         if running_on and not any(d.spec.node_name in running_on for d in devs):

@@ -27,7 +27,7 @@ def set_node(devs: list[GPUDevice]) -> str:
 
 def sets(ctx: Context) -> None:
     world = ctx.world
-    for key in ctx.scope.set_keys(world):
+    for key in ctx.scope.set_keys(world, ctx.memory.clean.setdefault("sets", {})):
         signature = (world.devices.key_gen.get(key), world.class_gen)
         if ctx.is_clean("sets", key, signature):
             continue

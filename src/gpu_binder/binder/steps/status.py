@@ -145,7 +145,7 @@ def _degraded(ctx: Context) -> set[str]:
     world, m = ctx.world, ctx.memory
     out: set[str] = set()
     by_node = world.devices.by_node
-    if ctx.scope.full:
+    if ctx.scope.exhaustive:
         nodes = sorted(by_node)
     else:
         # Unchanged nodes keep their verdict; those in or near a degraded state are judged
@@ -171,6 +171,7 @@ def _degraded(ctx: Context) -> set[str]:
             m.degraded_since.pop(node_name, None)
             if node_name in m.degraded or reported:
                 m.degraded.discard(node_name)
+                world.devices.touch_node(node_name)
                 world.devices.capacity_gen += 1
                 _node_condition(ctx, node_name, "False", "Serving", "all devices are served")
             continue
@@ -179,12 +180,14 @@ def _degraded(ctx: Context) -> set[str]:
             # Lost devices and take new sets until the grace has run again.
             m.degraded_since[node_name] = ctx.now - ctx.config.degraded_grace
             m.degraded.add(node_name)
+            world.devices.touch_node(node_name)  # its sets may have to move now
             world.devices.capacity_gen += 1
         since = m.degraded_since.setdefault(node_name, ctx.now)
         if ctx.now - since < ctx.config.degraded_grace:
             continue
         if node_name not in m.degraded:
             m.degraded.add(node_name)
+            world.devices.touch_node(node_name)  # its sets may have to move now
             _node_condition(
                 ctx,
                 node_name,
