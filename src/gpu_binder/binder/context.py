@@ -36,6 +36,10 @@ class Memory:
     # Sets that must move but found no room, retried when something frees.
     blocked_moves: set[str] = field(default_factory=set)
     blocked_checked: int = -1
+    # Defragmentation runs on a resync sweep, and between them only while it has work
+    # under way or an order newly found no room: searching for room is the costliest
+    # thing a pass can do, and most capacity changes make none.
+    defrag_wanted: bool = False
     # Per step, what a key looked like when the step last found nothing to do for it: an
     # unchanged key is skipped, which keeps a pass over an unchanged world cheap.
     clean: dict[str, dict[str, object]] = field(default_factory=dict)

@@ -28,7 +28,7 @@ from gpu_binder.placement import options
 # is a write and an Event, and a pass must stay short.
 MOVES_PER_PASS = 4
 # Waiting orders examined per pass at most (each looks at every node of its classes).
-ORDERS_PER_PASS = 8
+ORDERS_PER_PASS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,9 @@ class Room:
 
 
 def defrag(ctx: Context) -> None:
+    if not (ctx.scope.full or ctx.memory.defrag_wanted):
+        return
+    ctx.memory.defrag_wanted = False
     world = ctx.world
     clean = ctx.memory.clean.setdefault("defrag", {})
     budget, examined = MOVES_PER_PASS, 0
@@ -61,6 +64,7 @@ def defrag(ctx: Context) -> None:
         moved = make_room(ctx, key, budget)
         if moved:
             budget -= moved
+            ctx.memory.defrag_wanted = True  # the next pass goes on with it
             order = world.order_of(key)
             if complete(ctx, key, order, BindReason.ORDER, may_move=True).ok:
                 ctx.memory.unplaceable.pop(key, None)

@@ -141,6 +141,8 @@ def orders(ctx: Context) -> None:
             ctx.memory.unplaceable.pop(key, None)
             ctx.unsay(f"order/{key}")
         else:
+            if key not in ctx.memory.unplaceable:
+                ctx.memory.defrag_wanted = True  # a new order waits: room may be made for it
             ctx.memory.unplaceable[key] = _memo(ctx, key)
             ctx.say(
                 f"order/{key}",
