@@ -77,3 +77,15 @@ async def test_without_the_annotation_only_the_named_class_serves(cluster: Clust
     cluster.vm("vm", 2, running=True)
     await cluster.settle()
     assert cluster.set_of("vm") == []
+
+
+async def test_pack_takes_the_least_claimed_class_that_fits(cluster: Cluster) -> None:
+    cluster.gpu_class(H100, policy="Pack")
+    cluster.gpu_class(A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="Pack")
+    cluster.node("node-h", 8)
+    cluster.node("node-a", 8, class_name=A100)
+    cluster.vm("flexible", 4, running=True, annotations=EITHER, created=T0 - timedelta(hours=1))
+    cluster.vm("h100-only", 4, running=True)
+    await cluster.settle()
+    assert cluster.node_of("flexible") == "node-a"
+    assert cluster.node_of("h100-only") == "node-h"

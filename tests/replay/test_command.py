@@ -99,3 +99,28 @@ def test_a_malformed_trace_is_reported_with_file_and_line(
 def test_a_missing_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main_replay([]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_the_plot_draws_unallocated_gpus_per_arrived_load(
+    tmp_path: Path, trace: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "curves.png"
+    run_json([*trace, "--seeds", "1", "--policies", "binder,firstfit", "--plot", str(png)], capsys)
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_timeline_takes_a_load_and_a_stopped_hold(
+    trace: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*trace, "--mode", "timeline", "--seeds", "1", "--policies", "binder,firstfit"]
+    result = run_json([*argv, "--load", "1.5", "--stopped", "60", "--arrivals", "50"], capsys)
+    assert (result["load"], result["draws"], result["stopped_seconds"]) == (1.5, 50, 60)
+    figures = result["policies"]["binder"]  # type: ignore[index]
+    assert {"rejected_orders", "gpu_hours_served", "moves"} <= set(figures)
+
+
+def test_a_load_that_is_not_positive_is_a_usage_error(
+    trace: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_replay([*trace, "--mode", "timeline", "--load", "0"]) == 2
+    assert "--load must be positive" in capsys.readouterr().err

@@ -27,8 +27,10 @@ from gpu_binder.placement import options
 # Sets moved per pass at most: moves cost the tenants of stopped VMs nothing, but each
 # is a write and an Event, and a pass must stay short.
 MOVES_PER_PASS = 4
-# Waiting orders examined per pass at most (each looks at every node of its classes).
+# Waiting orders examined per pass at most (each looks at every node of its classes),
+# and the cheapest rooms whose sets are checked for a place elsewhere, per order.
 ORDERS_PER_PASS = 4
+ROOMS_CHECKED = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,8 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
         if len(option) != 1:
             continue  # sets of one class: what orders are, save rare mixed ones
         [(class_name, count)] = option.items()
+        if devices.free_count.get(class_name, 0) < count:
+            continue  # moves keep the class's free GPUs as many: too few to make room
         for node in devices.class_nodes.get(class_name, {}):
             if not usable(ctx, node):
                 continue
@@ -162,8 +166,9 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
             if chosen is not None:
                 cost = (len(chosen), sum(v.gpus for v in chosen), node)
                 rooms.append((cost, Room(node, option, chosen)))
-    # Where each set can go is the costly question: asked in order of cost, until one does.
-    for _, room in sorted(rooms, key=lambda r: r[0]):
+    # Where each set can go is the costly question: asked in order of cost, until one does,
+    # for the few cheapest rooms only (a pass must stay short).
+    for _, room in sorted(rooms, key=lambda r: r[0])[:ROOMS_CHECKED]:
         if all(_fits_elsewhere(ctx, v.key, room.node) for v in room.victims):
             return room
     return None

@@ -81,7 +81,7 @@ def relocate(
     vm = ctx.world.vms.get(key)
     wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
     only = wanted if wanted and wanted != node else None
-    placed = ops.place(ctx, order, only=only, exclude=node)
+    placed = ops.place(ctx, order, only=only, exclude=node, key=key)
     if placed is None:
         target = f" to {only}" if only else ""
         return f"{why}, but the set cannot move{target}: {ops.shortfall(ctx, order)}"
@@ -118,7 +118,7 @@ def rebind_lost(ctx: Context) -> None:
         need: dict[str, int] = {}
         for d in lost:
             need[d.status.class_name] = need.get(d.status.class_name, 0) + 1
-        placed = ops.place(ctx, need, only=node) if healthy else None
+        placed = ops.place(ctx, need, only=node, key=key) if healthy else None
         if placed is not None:
             for d in placed.devices:
                 ops.bind(ctx, d, key, BindReason.REBIND, f"replaces a Lost device on {node}")
@@ -126,7 +126,7 @@ def rebind_lost(ctx: Context) -> None:
                 ops.release(ctx, d, f"it is Lost ({d.status.lost_reason}); replaced on {node}")
             continue
         order = world.order_of(key)
-        whole = ops.place(ctx, order, exclude=node) if order else None
+        whole = ops.place(ctx, order, exclude=node, key=key) if order else None
         if whole is not None:
             for d in whole.devices:
                 ops.bind(

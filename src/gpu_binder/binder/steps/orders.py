@@ -161,6 +161,8 @@ def _hopeless(ctx: Context, key: str, order: dict[str, int], largest: dict[str, 
         return False
     if ctx.memory.unplaceable[key] == _memo(ctx, key):
         return True  # nothing freed and nothing ordered anew since it last failed
+    if ctx.world.alternatives_of(key):
+        return False  # another class may have room: only the placement itself can tell
     have = current_set(ctx, key)
     need = missing(order, have)
     for class_name, count in need.items():
