@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta, OwnerReference
 from gpu_binder.api.types import (
@@ -40,7 +39,7 @@ from gpu_binder.api.types import (
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
-from gpu_binder.binder.world import World, slot_resource
+from gpu_binder.binder.world import WATCHED, World, slot_resource
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
 
@@ -52,17 +51,6 @@ H100_DEVICE_ID = "0x2330"
 A100 = "a100"
 A100_RESOURCE = "nvidia.com/GA100_A100_80GB"
 A100_DEVICE_ID = "0x20b5"
-# Every kind the binder watches, in the order a fresh binder lists them.
-WATCHED: tuple[type[Any], ...] = (
-    GPUClass,
-    Node,
-    GPUDevice,
-    VirtualMachine,
-    VirtualMachineInstance,
-    GPUBindRequest,
-    GPUUsageRecord,
-    KubeVirt,
-)
 
 
 class Clock:

@@ -558,6 +558,20 @@ def demands_of(
     return tuple(out)
 
 
+# Every kind the binder's world caches, in the order a fresh binder lists them: classes and
+# nodes before the devices classified by them. KubeVirt's CR only for the settings step.
+WATCHED: tuple[type[Any], ...] = (
+    GPUClass,
+    Node,
+    GPUDevice,
+    VirtualMachine,
+    VirtualMachineInstance,
+    GPUBindRequest,
+    GPUUsageRecord,
+    KubeVirt,
+)
+
+
 def _put(store: dict[str, Any], key: str, obj: Any, deleted: bool) -> None:
     if deleted:
         store.pop(key, None)

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from gpu_binder.api.kinds import KubeVirt, resource_of
-from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
-from gpu_binder.api.types import GPUBindRequest, GPUClass, GPUDevice, GPUUsageRecord
+from gpu_binder.api.types import GPUBindRequest
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import World
+from gpu_binder.binder.world import WATCHED, World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.cache import Informer, Informers
 from gpu_binder.kube.client import KubeClient
@@ -36,18 +35,6 @@ from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.webhook import Admitter
 
 log = logging.getLogger(__name__)
-
-# The kinds the binder decides on; KubeVirt's CR only for the settings it renders.
-WATCHED: tuple[type[Any], ...] = (
-    GPUClass,
-    Node,
-    GPUDevice,
-    VirtualMachine,
-    VirtualMachineInstance,
-    GPUBindRequest,
-    GPUUsageRecord,
-    KubeVirt,
-)
 
 
 def default_identity() -> str:

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_binder.api.kinds import KubeVirt
-from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
-from gpu_binder.api.types import GPUBindRequest, GPUClass, GPUDevice, GPUUsageRecord
+from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.types import GPUBindRequest, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import World
+from gpu_binder.binder.world import WATCHED, World
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.agent import AgentFleet
@@ -34,18 +34,6 @@ from gpu_binder.sim.kubevirt import KubeVirtSim, vm_object
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
 from gpu_binder.webhook.decision import Admitter, NeedsRequest
-
-# What the binder caches: a new leader lists these before its first pass.
-WATCHED: tuple[type[Any], ...] = (
-    GPUClass,
-    GPUDevice,
-    Node,
-    VirtualMachine,
-    VirtualMachineInstance,
-    GPUBindRequest,
-    GPUUsageRecord,
-    KubeVirt,
-)
 
 
 @dataclass(frozen=True)
