@@ -1,5 +1,5 @@
-"""Placement's indexes in the World — CPU and memory per node, nodes by free state, the
-order mix — kept by events, always equal to what a recount from scratch finds."""
+"""The World's indexes — CPU and memory per node, nodes by free state, the order mix, the
+nodes that are down — kept by events, always equal to what a recount from scratch finds."""
 
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ def put(world: World, obj: Any, kind: str = "MODIFIED") -> None:
     world.apply(WatchEvent(kind, obj))  # type: ignore[arg-type]
 
 
-def node(name: str, cpu: int | None) -> Node:
+def node(name: str, cpu: int | None, ready: bool = True) -> Node:
     allocatable = {} if cpu is None else {"cpu": str(cpu), "memory": f"{cpu}Gi"}
     return Node.from_dict(
         {
             "metadata": {"name": name},
             "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": "Ready", "status": str(ready)}],
                 "allocatable": allocatable,
             },
         }
@@ -96,8 +96,12 @@ def device(node_name: str, slot: int, vm_name: str | None) -> GPUDevice:
 ops = st.lists(
     st.one_of(
         st.tuples(
-            st.just("node"), st.sampled_from(NODES), st.one_of(st.none(), st.integers(8, 64))
+            st.just("node"),
+            st.sampled_from(NODES),
+            st.one_of(st.none(), st.integers(8, 64)),
+            st.booleans(),
         ),
+        st.tuples(st.just("unnode"), st.sampled_from(NODES)),
         st.tuples(st.just("vm"), st.sampled_from(VMS), st.integers(1, 3), st.integers(0, 16)),
         st.tuples(st.just("unvm"), st.sampled_from(VMS)),
         st.tuples(
@@ -153,7 +157,10 @@ def test_the_indexes_equal_a_recount_after_any_events(script: list[tuple[Any, ..
             put(world, device(n, slot, None), "ADDED")
     for op in script:
         if op[0] == "node":
-            put(world, node(op[1], op[2]))
+            put(world, node(op[1], op[2], op[3]))
+        elif op[0] == "unnode":
+            if op[1] in world.nodes:
+                put(world, world.nodes[op[1]], "DELETED")
         elif op[0] == "vm":
             put(world, vm(op[1], op[2], op[3]))
         elif op[0] == "unvm":
@@ -169,3 +176,5 @@ def test_the_indexes_equal_a_recount_after_any_events(script: list[tuple[Any, ..
     ]
     assert d.free_count["h100"] == expected["free"]
     assert dict(world.mix.counts) == expected["mix"]
+    down = {n for n in d.by_node if n not in world.nodes or not world.nodes[n].ready}
+    assert down <= world.down_nodes

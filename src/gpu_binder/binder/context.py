@@ -8,6 +8,7 @@ from datetime import datetime
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.plan import Note, Plan
 from gpu_binder.binder.scope import Scope
+from gpu_binder.binder.verdicts import Verdicts
 from gpu_binder.binder.world import World
 
 
@@ -42,7 +43,15 @@ class Memory:
     defrag_wanted: bool = False
     # Per step, what a key looked like when the step last found nothing to do for it: an
     # unchanged key is skipped, which keeps a pass over an unchanged world cheap.
-    clean: dict[str, dict[str, object]] = field(default_factory=dict)
+    clean: dict[str, Verdicts] = field(default_factory=dict)
+    # Clean orders whose verdict a clock will change (a reservation running out).
+    order_deadlines: dict[str, datetime] = field(default_factory=dict)
+
+    def verdicts(self, step: str) -> Verdicts:
+        v = self.clean.get(step)
+        if v is None:
+            v = self.clean[step] = Verdicts()
+        return v
 
 
 @dataclass
@@ -62,7 +71,7 @@ class Context:
         self.plan.note(note)
 
     def is_clean(self, step: str, key: str, signature: object) -> bool:
-        return self.memory.clean.get(step, {}).get(key) == signature
+        return self.memory.verdicts(step).get(key) == signature
 
     def mark(self) -> int:
         """How many writes and notes the plan holds: compare after deciding about a key."""
@@ -70,11 +79,11 @@ class Context:
 
     def settle(self, step: str, key: str, signature: object, mark: int) -> None:
         """Remember key as clean for step when deciding about it wrote nothing."""
-        clean = self.memory.clean.setdefault(step, {})
+        clean = self.memory.verdicts(step)
         if self.mark() == mark:
             clean[key] = signature
         else:
-            clean.pop(key, None)
+            clean.forget(key)
 
     def unsay(self, key: str) -> None:
         self.memory.said.pop(key, None)

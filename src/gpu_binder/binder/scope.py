@@ -7,10 +7,11 @@ that ends with no event is noticed at most one resync late, as in the reference.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.binder.verdicts import Verdicts
 from gpu_binder.binder.world import World
 
 
@@ -30,16 +31,18 @@ class Scope:
         """A sweep that trusts no step's memory of clean keys."""
         return self.full and (self.initial or self.reclassed)
 
-    def sweep(self, world: World, every: Collection[str], clean: Mapping[str, object]) -> list[str]:
+    def sweep(self, every: Collection[str], clean: Verdicts) -> list[str]:
         """The keys of `every` a full sweep must decide about: those a step did not find
-        clean last time (it wrote, or waits for a clock), and those that changed since.
-        A clean key's verdict holds until an event touches it, so a sweep need not walk
-        the thousands that did not change; only the first pass and a class change do."""
+        clean last time (it wrote, or waits for a clock). A clean key's verdict holds
+        until an event touches it, and the caller adds the changed keys, so a sweep costs
+        what is pending, not the thousands of keys that did not change; only the first
+        pass and a class change look at every key."""
         if self.exhaustive:
+            clean.restart(every)
             return sorted(every)
-        # Set differences run in C: a sweep of 10,000 clean keys costs a fraction of a ms.
-        keys = every.keys() - clean.keys() if isinstance(every, dict) else set(every) - clean.keys()
-        return sorted(keys)
+        keys = clean.due(every)
+        clean.looked_at(keys)
+        return keys
 
     def events_only(self) -> Scope:
         """For steps no clock can change (usage records): a sweep adds nothing past the
@@ -79,45 +82,53 @@ class Scope:
     def changed_devices(self, world: World) -> set[str]:
         return self.devices | world.devices.touched_devices
 
-    def set_keys(self, world: World, clean: Mapping[str, object] | None = None) -> list[str]:
+    def set_keys(self, world: World, clean: Verdicts | None = None) -> list[str]:
         """Order keys holding devices that this pass decides about."""
         by_vm = world.devices.by_vm
-        if self.exhaustive or (self.full and clean is None):
+        if self.full and clean is None:
             return sorted(by_vm)
+        if self.exhaustive and clean is not None:
+            return self.sweep(by_vm, clean)
         keys = {k for k in self.changed_keys(world) if k in by_vm}
         if self.full and clean is not None:
-            keys.update(self.sweep(world, by_vm, clean))
+            keys.update(self.sweep(by_vm, clean))
         for node in self.changed_nodes(world):
             for name in world.devices.names_on(node):
                 b = world.devices.by_name[name].status.binding
                 if b is not None:
                     keys.add(b.vm.key)
-        return sorted(keys)
+        return _given(keys, clean)
 
-    def vmis(
-        self, world: World, clean: Mapping[str, object] | None = None
-    ) -> list[VirtualMachineInstance]:
-        if self.exhaustive or (self.full and clean is None):
+    def vmis(self, world: World, clean: Verdicts | None = None) -> list[VirtualMachineInstance]:
+        if self.full and clean is None:
             return sorted(world.vmis.values(), key=lambda v: v.key)
         keys: set[str] = set()
         if self.full and clean is not None:
-            keys.update(self.sweep(world, world.vmis, clean))
+            keys.update(self.sweep(world.vmis, clean))
         for key in self.changed_keys(world):
             keys.update(world.vmis_by_order.get(key, ()))
-        return [world.vmis[k] for k in sorted(keys)]
+        return [world.vmis[k] for k in _given(keys, clean)]
 
     def devices_of_interest(
-        self, world: World, among: Collection[str], clean: Mapping[str, object] | None = None
+        self, world: World, among: Collection[str], clean: Verdicts | None = None
     ) -> list[str]:
         """Names in `among` that changed, or whose order or node changed."""
-        if self.exhaustive or (self.full and clean is None):
+        if self.full and clean is None:
             return sorted(among)
         candidates = set(self.changed_devices(world))
         if self.full and clean is not None:
-            candidates.update(self.sweep(world, among, clean))
+            candidates.update(self.sweep(among, clean))
         by_vm = world.devices.by_vm
         for key in self.changed_keys(world):
             candidates.update(by_vm.get(key, ()))
         for node in self.changed_nodes(world):
             candidates.update(world.devices.names_on(node))
-        return sorted(n for n in candidates if n in among)
+        return _given({n for n in candidates if n in among}, clean)
+
+
+def _given(keys: set[str], clean: Verdicts | None) -> list[str]:
+    """The keys a step is given, in order; with its verdicts, they are due until found clean."""
+    out = sorted(keys)
+    if clean is not None:
+        clean.looked_at(out)
+    return out

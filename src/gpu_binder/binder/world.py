@@ -307,6 +307,10 @@ class World:
         self.vmis: dict[str, VirtualMachineInstance] = {}
         # Live VMIs by the order they run for (VM key, or the VMI's own key).
         self.vmis_by_order: dict[str, set[str]] = defaultdict(set)
+        # VMIs with no VirtualMachine: each is an order of its own, under its own key.
+        self.standalone: set[str] = set()
+        # Nodes holding devices whose Node is gone or not Ready: their devices may be Lost.
+        self.down_nodes: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
         self.records: dict[str, GPUUsageRecord] = {}
@@ -386,6 +390,9 @@ class World:
             return
         if old is None or old.spec != d.spec:
             self.dirty.add(name)
+            node = self.nodes.get(d.spec.node_name)
+            if node is None or not node.ready:
+                self.down_nodes.add(d.spec.node_name)  # its devices may have to be Lost
         self.devices.put(d)
 
     def _apply_vmi(self, vmi: VirtualMachineInstance, deleted: bool) -> None:
@@ -393,6 +400,10 @@ class World:
         if old is not None:
             _discard(self.vmis_by_order, vm_key_of_vmi(old), old.key)
         _put(self.vmis, vmi.key, vmi, deleted)
+        if not deleted and vmi.vm_name is None:
+            self.standalone.add(vmi.key)
+        else:
+            self.standalone.discard(vmi.key)
         if not deleted:
             self.vmis_by_order[vm_key_of_vmi(vmi)].add(vmi.key)
         elif (end := vmi.finished_at or vmi.metadata.deletion_timestamp) is not None:
@@ -408,6 +419,10 @@ class World:
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.nodes.get(node.name)
         _put(self.nodes, node.name, node, deleted)
+        if deleted or not node.ready:
+            self.down_nodes.add(node.name)
+        else:
+            self.down_nodes.discard(node.name)
         self.devices.capacity_gen += 1
         if deleted:
             self.devices.resources.set_allocatable(node.name, None, None)
@@ -437,8 +452,7 @@ class World:
         self._orders.clear()
         self.needs_full = True
         self.dirty.update(self.devices.by_name)
-        standalone = {vm_key_of_vmi(v) for v in self.vmis.values() if v.vm_name is None}
-        for key in set(self._demands) | set(self.vms) | standalone:
+        for key in set(self._demands) | set(self.vms) | self.standalone:
             self._order_changed(key)
 
     def _order_changed(self, key: str) -> None:

@@ -19,7 +19,7 @@ from gpu_binder.binder.world import vm_key_of_vmi
 def attachments(ctx: Context) -> None:
     _detach_ended(ctx)
     world = ctx.world
-    clean = ctx.memory.clean.setdefault("attach", {})
+    clean = ctx.memory.verdicts("attach")
     for vmi in ctx.scope.vmis(world, clean):
         if not (vmi.live and vmi.node_name):
             continue
@@ -32,7 +32,7 @@ def attachments(ctx: Context) -> None:
         if settled and ctx.mark() == mark:
             clean[vmi.key] = (vmi, signature)
         else:
-            clean.pop(vmi.key, None)
+            clean.forget(vmi.key)
 
 
 def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
@@ -44,7 +44,7 @@ def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
 def _detach_ended(ctx: Context) -> None:
     world = ctx.world
     # Per device, the device and VMI objects last seen in use: unchanged, still in use.
-    seen = ctx.memory.clean.setdefault("detach", {})
+    seen = ctx.memory.verdicts("detach")
     by_name, vmis = world.devices.by_name, world.vmis
     for name in ctx.scope.devices_of_interest(world, world.devices.attached, seen):
         d = by_name[name]
@@ -59,7 +59,7 @@ def _detach_ended(ctx: Context) -> None:
         if vmi is not None and vmi.live and vmi.metadata.uid == att.vmi.uid:
             seen[name] = (d, att.vmi.key, vmi)
             continue
-        seen.pop(name, None)
+        seen.forget(name)
         ended = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
         phase = d.status.phase
         if phase == Phase.ATTACHED:

@@ -55,7 +55,7 @@ def defrag(ctx: Context) -> None:
         return
     ctx.memory.defrag_wanted = False
     world = ctx.world
-    clean = ctx.memory.clean.setdefault("defrag", {})
+    clean = ctx.memory.verdicts("defrag")
     budget, examined = MOVES_PER_PASS, 0
     for key in sorted(ctx.memory.unplaceable, key=lambda k: (_created(ctx, k), k)):
         if budget <= 0 or examined >= ORDERS_PER_PASS:

@@ -36,7 +36,7 @@ def move_reason(ctx: Context, key: str, node: str, devs: list[GPUDevice]) -> str
 
 def moves(ctx: Context) -> None:
     world = ctx.world
-    clean = ctx.memory.clean.setdefault("moves", {})
+    clean = ctx.memory.verdicts("moves")
     blocked = ctx.memory.blocked_moves
     keys = ctx.scope.set_keys(world, clean)
     if blocked and ctx.memory.blocked_checked != world.capacity_gen:
@@ -48,7 +48,7 @@ def moves(ctx: Context) -> None:
         cached = clean.get(key)
         if isinstance(cached, tuple) and _still(ctx, key, cached):
             continue
-        clean.pop(key, None)  # judged anew: clean again only if found so
+        clean.forget(key)  # judged anew: clean again only if found so
         devs = world.devices.set_of(key)
         if not devs:
             continue

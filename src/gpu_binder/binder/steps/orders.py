@@ -15,17 +15,14 @@ def order_keys(ctx: Context) -> list[str]:
     """Every order in a full sweep; else the changed ones and those waiting for room."""
     world = ctx.world
     scope = ctx.scope
-    if scope.exhaustive:
-        candidates: list[str] = list(world.vms)
-        candidates += [v.key for v in world.vmis.values() if v.vm_name is None]
-    elif scope.full:
+    clean = ctx.memory.verdicts("orders")
+    if scope.full:
         # Keys found clean keep their verdict until an event or their deadline comes.
-        clean = ctx.memory.clean.setdefault("orders", {})
-        due = [k for k, t in _timed(ctx).items() if t <= ctx.now]
-        wanted = set(scope.sweep(world, world.vms, clean)) | scope.changed_keys(world)
-        wanted.update(due)
+        deadlines = ctx.memory.order_deadlines
+        wanted = set(scope.sweep(world.vms, clean)) | scope.changed_keys(world)
+        wanted.update(k for k, t in deadlines.items() if t <= ctx.now)
         wanted.update(ctx.memory.unplaceable)
-        wanted.update(v.key for v in world.vmis.values() if v.vm_name is None)
+        wanted.update(world.standalone)
         candidates = sorted(wanted)
     else:
         changed = ctx.scope.changed_keys(world)
@@ -42,21 +39,16 @@ def order_keys(ctx: Context) -> list[str]:
                 keys.append(k)
         elif any(v.vm_name is None for v in world.live_vmis(k)):
             keys.append(k)
+    clean.looked_at(keys)
     return keys
 
 
-def _timed(ctx: Context) -> dict[str, datetime]:
-    """Clean orders whose verdict a clock will change (a reservation running out)."""
-    timed: dict[str, datetime] = ctx.memory.clean.setdefault("orders-timed", {})  # type: ignore[assignment]
-    return timed
-
-
 def _settled(ctx: Context, key: str, signature: object, deadline: datetime) -> None:
-    ctx.memory.clean.setdefault("orders", {})[key] = (signature, deadline)
+    ctx.memory.verdicts("orders")[key] = (signature, deadline)
     if deadline.year < datetime.max.year:
-        _timed(ctx)[key] = deadline
+        ctx.memory.order_deadlines[key] = deadline
     else:
-        _timed(ctx).pop(key, None)
+        ctx.memory.order_deadlines.pop(key, None)
 
 
 def release_after(ctx: Context, order: dict[str, int]) -> timedelta | None:
@@ -86,7 +78,7 @@ def stopped_since(ctx: Context, key: str, devs: list[GPUDevice]) -> datetime | N
 def orders(ctx: Context) -> None:
     world = ctx.world
     todo: list[tuple[datetime, str, dict[str, int]]] = []
-    clean = ctx.memory.clean.setdefault("orders", {})
+    clean = ctx.memory.verdicts("orders")
     unplaceable = ctx.memory.unplaceable
     for key in order_keys(ctx):
         memo = unplaceable.get(key)
@@ -97,8 +89,8 @@ def orders(ctx: Context) -> None:
         if isinstance(cached, tuple) and cached[0] == signature and ctx.now < cached[1]:
             continue
         # Judged anew: it is clean again only if this judgement finds it so.
-        clean.pop(key, None)
-        _timed(ctx).pop(key, None)
+        clean.forget(key)
+        ctx.memory.order_deadlines.pop(key, None)
         order = world.order_of(key)
         if not order:
             continue

@@ -22,8 +22,8 @@ def usage_records(ctx: Context) -> None:
     world = ctx.world
     scope = ctx.scope.events_only()
     # What was judged already, by object identity: an unchanged pair needs no new look.
-    opened = ctx.memory.clean.setdefault("records-open", {})
-    judged = ctx.memory.clean.setdefault("records-close", {})
+    opened = ctx.memory.verdicts("records-open")
+    judged = ctx.memory.verdicts("records-close")
     for name in scope.devices_of_interest(world, world.devices.attached):
         d = world.devices.by_name[name]
         att = d.status.attachment

@@ -27,13 +27,15 @@ def set_node(devs: list[GPUDevice]) -> str:
 
 def sets(ctx: Context) -> None:
     world = ctx.world
-    for key in ctx.scope.set_keys(world, ctx.memory.clean.setdefault("sets", {})):
+    clean = ctx.memory.verdicts("sets")
+    for key in ctx.scope.set_keys(world, clean):
         signature = (world.devices.key_gen.get(key), world.class_gen)
-        if ctx.is_clean("sets", key, signature):
+        if clean.get(key) == signature:
             continue
         mark = ctx.mark()
         if _normalize(ctx, key):
-            continue  # waits on the clock, not on an event: decided again next pass
+            clean.forget(key)  # waits on the clock, not on an event: decided again next sweep
+            continue
         ctx.settle("sets", key, signature, mark)
 
 

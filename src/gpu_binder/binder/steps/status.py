@@ -12,11 +12,15 @@ from gpu_binder.binder.world import slot_resource
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:
-    best = 0
-    for node, names in ctx.world.devices.free.get(class_name, {}).items():
-        if len(names) > best and node not in ctx.memory.degraded and ctx.world.node_usable(node):
-            best = len(names)
-    return best
+    """The most free devices of the class on one node that may take a set."""
+    groups = ctx.world.devices.states.groups.get(class_name, {})
+    degraded, usable = ctx.memory.degraded, ctx.world.node_usable
+    # Nodes are grouped by free state: the first usable node of the fullest state wins,
+    # so this costs the states (a few dozen), not the nodes.
+    for state in sorted(groups, reverse=True):
+        if any(node not in degraded and usable(node) for node in groups[state]):
+            return state[0]
+    return 0
 
 
 def class_status(ctx: Context) -> None:
@@ -98,10 +102,13 @@ def node_status(ctx: Context) -> None:
     shortfall = _degraded(ctx)
     world = ctx.world
     suspects: set[str] = set(world.devices.lost) | world.devices.unhealthy | shortfall
-    for node_name, names in world.devices.by_node.items():
+    for node_name in list(world.down_nodes):
         node = world.nodes.get(node_name)
-        if node is None or not node.ready:
+        names = world.devices.by_node.get(node_name)
+        if names and (node is None or not node.ready):
             suspects.update(names)
+        else:
+            world.down_nodes.discard(node_name)  # up again, or nothing of ours left on it
     for name in sorted(suspects):
         d = world.devices.get(name)
         if d is None or d.metadata.deletion_timestamp is not None:

@@ -1,0 +1,54 @@
+"""A step's memory, between passes, of the keys it found nothing to do for.
+
+A sweep over an unchanged world must cost what changed, not what exists. So besides the
+verdicts the memory keeps the keys a step was given and did not find clean: a sweep
+takes those (and the changed keys) instead of subtracting every clean key from every key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+
+class Verdicts(dict[str, object]):
+    """Per key, what it looked like when a step last found nothing to do for it.
+
+    A dict, so the lookups a sweep makes per key stay C calls; writes go through
+    `__setitem__` and `forget`, which keep the keys due beside it."""
+
+    __slots__ = ("unclean",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Keys a step was given and did not find clean: a sweep decides about them again.
+        self.unclean: set[str] = set()
+
+    def __setitem__(self, key: str, verdict: object) -> None:
+        """Nothing to do for key while it looks like this."""
+        super().__setitem__(key, verdict)
+        self.unclean.discard(key)
+
+    def forget(self, key: str) -> None:
+        """Key is judged anew, or waits for a clock: the next sweep looks at it again."""
+        self.pop(key, None)
+        self.unclean.add(key)
+
+    def looked_at(self, keys: Iterable[str]) -> None:
+        """Keys given to a step stay due until it finds them clean, whatever path it took."""
+        self.unclean.update(k for k in keys if k not in self)
+
+    def due(self, every: Collection[str]) -> list[str]:
+        """The keys of `every` a sweep trusting these verdicts must decide about."""
+        gone = [k for k in self.unclean if k not in every]
+        self.unclean.difference_update(gone)
+        return sorted(self.unclean)
+
+    def restart(self, every: Collection[str]) -> None:
+        """Before an exhaustive sweep: every key not found clean is due. Verdicts of keys
+        that are gone are dropped once they could outnumber live ones, so a long-running
+        binder remembers at most twice what exists."""
+        if len(self) > len(every):
+            for key in [k for k in self if k not in every]:
+                del self[key]
+        # A set difference runs in C: an exhaustive sweep costs its keys, not Python loops.
+        self.unclean = set(every) - self.keys()
