@@ -37,9 +37,10 @@ from gpu_binder.api.types import (
     device_name,
 )
 from gpu_binder.binder.config import Config
+from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
-from gpu_binder.binder.world import WATCHED, World, slot_resource
+from gpu_binder.binder.world import WATCHED, World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
 

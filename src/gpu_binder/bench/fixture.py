@@ -18,7 +18,8 @@ from gpu_binder.api.types import (
     GPUDeviceSpec,
     device_name,
 )
-from gpu_binder.binder.world import World, slot_resource
+from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.binder.world import World
 from gpu_binder.sim.memory import MemoryClient
 
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpu_binder.api.types import GROUP, GPUClass, GPUDevice
-from gpu_binder.binder.world import slot_resource
+from gpu_binder.binder.deviceindex import slot_resource
 
 Section = Literal["gpus", "hostDevices"]
 SECTIONS: tuple[Section, ...] = ("gpus", "hostDevices")

@@ -7,8 +7,8 @@ from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.steps.devices import matching_classes
-from gpu_binder.binder.world import slot_resource
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:

@@ -1,0 +1,261 @@
+"""GPUDevices as the binder keeps them: by name, with the indexes a pass and placement read.
+
+Every index follows each device as it is put or removed, so a pass never scans the
+devices to find the free ones of a class on a node, a VM's set, or what changed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
+from gpu_binder.binder.freestates import FreeStates
+from gpu_binder.binder.resources import NodeResources
+
+
+def is_free(d: GPUDevice) -> bool:
+    """Free to bind: Available, schedulable, healthy and not being deleted."""
+    return (
+        d.status.phase == Phase.AVAILABLE
+        and d.status.binding is None
+        and not d.spec.unschedulable
+        and d.spec.health == "Healthy"
+        and d.metadata.deletion_timestamp is None
+    )
+
+
+class DeviceIndex:
+    """GPUDevices by name with the indexes the pass reads."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, GPUDevice] = {}
+        self.by_vm: dict[str, set[str]] = defaultdict(set)
+        self.by_node: dict[str, set[str]] = defaultdict(set)
+        # free[class][node]: names of devices free to bind.
+        self.free: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.missing_finalizer: set[str] = set()
+        self.deleted: set[str] = set()
+        self.lost: set[str] = set()
+        self.cleaning: set[str] = set()
+        self.attached: set[str] = set()
+        self.unhealthy: set[str] = set()
+        self.unclassified: set[str] = set()
+        # Devices matching more than one class, shown on those classes' conditions.
+        self.ambiguous: set[str] = set()
+        # slot resource name -> devices serving it, for the KubeVirt settings.
+        self.slot_users: dict[str, int] = defaultdict(int)
+        # Bumped whenever a device becomes free, so a failed order is retried only then.
+        self.capacity_gen = 0
+        # Change counters per order key and per node: a step that found nothing to do for a
+        # key skips it until something about the key changed.
+        self.gen = 0
+        self.key_gen: dict[str, int] = {}
+        self.node_gen: dict[str, int] = {}
+        # What changed since the last pass took them: an incremental pass looks only here.
+        self.touched_keys: set[str] = set()
+        self.touched_nodes: set[str] = set()
+        self.touched_devices: set[str] = set()
+        # Placement's indexes: CPU and memory per node (resources), nodes by free state per
+        # class (freestates), free devices per class, and how many nodes hold n devices of
+        # a class (its largest node size is what an order of a whole node needs).
+        self.resources = NodeResources(self._resources_changed)
+        self.states = FreeStates()
+        self.free_count: dict[str, int] = defaultdict(int)
+        self.class_nodes: dict[str, dict[str, int]] = defaultdict(dict)
+        self.node_sizes: dict[str, dict[int, int]] = defaultdict(dict)
+        # Bumped when a node's device count of a class or its CPU or memory changes.
+        self.shape_gen = 0
+        self._shapes: tuple[int, dict[str, frozenset[tuple[int, int, int]]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def get(self, name: str) -> GPUDevice | None:
+        return self.by_name.get(name)
+
+    def put(self, d: GPUDevice) -> None:
+        self.touched_devices.add(d.metadata.name)
+        old = self.by_name.get(d.metadata.name)
+        if old is not None:
+            self._unindex(old)
+        self.by_name[d.metadata.name] = d
+        self._index(d)
+        self._recount(old, d)
+
+    def remove(self, name: str) -> None:
+        self.touched_devices.add(name)
+        old = self.by_name.pop(name, None)
+        if old is not None:
+            self._unindex(old)
+            self._recount(old, None)
+
+    def touch_key(self, key: str) -> None:
+        self.gen += 1
+        self.key_gen[key] = self.gen
+        self.touched_keys.add(key)
+
+    def touch_node(self, node: str) -> None:
+        self.gen += 1
+        self.node_gen[node] = self.gen
+        self.touched_nodes.add(node)
+
+    def _index(self, d: GPUDevice) -> None:
+        name, s = d.metadata.name, d.status
+        self.by_node[d.spec.node_name].add(name)
+        self.touch_node(d.spec.node_name)
+        if s.binding is not None:
+            self.by_vm[s.binding.vm.key].add(name)
+            self.touch_key(s.binding.vm.key)
+        if is_free(d):
+            self.free[s.class_name][d.spec.node_name].add(name)
+            self.capacity_gen += 1
+        self.counts[s.class_name][s.phase or ""] += 1
+        if FINALIZER not in d.metadata.finalizers:
+            self.missing_finalizer.add(name)
+        if d.metadata.deletion_timestamp is not None:
+            self.deleted.add(name)
+        if s.phase == Phase.LOST:
+            self.lost.add(name)
+        if s.phase == Phase.CLEANING:
+            self.cleaning.add(name)
+        if s.attachment is not None:
+            self.attached.add(name)
+        if d.spec.health != "Healthy":
+            self.unhealthy.add(name)
+        if s.phase is None:
+            self.unclassified.add(name)
+        if any(c.type == "Classified" and c.reason == "Ambiguous" for c in s.conditions):
+            self.ambiguous.add(name)
+        slot = slot_resource(d)
+        if slot:
+            self.slot_users[slot] += 1
+        self._placement_index(d, 1)
+
+    def _unindex(self, d: GPUDevice) -> None:
+        name, s = d.metadata.name, d.status
+        discard_from(self.by_node, d.spec.node_name, name)
+        self.touch_node(d.spec.node_name)
+        if s.binding is not None:
+            discard_from(self.by_vm, s.binding.vm.key, name)
+            self.touch_key(s.binding.vm.key)
+        free = self.free.get(s.class_name)
+        if free is not None:
+            discard_from(free, d.spec.node_name, name)
+        self.counts[s.class_name][s.phase or ""] -= 1
+        for idx in (
+            self.missing_finalizer,
+            self.deleted,
+            self.lost,
+            self.cleaning,
+            self.attached,
+            self.unhealthy,
+            self.unclassified,
+            self.ambiguous,
+        ):
+            idx.discard(name)
+        slot = slot_resource(d)
+        if slot:
+            self.slot_users[slot] -= 1
+            if self.slot_users[slot] <= 0:
+                del self.slot_users[slot]
+        self._placement_index(d, -1)
+
+    def _recount(self, old: GPUDevice | None, new: GPUDevice | None) -> None:
+        """Devices per class per node, when a device comes, goes or changes either."""
+        where = [(d.status.class_name, d.spec.node_name) for d in (old, new) if d is not None]
+        if old is not None and new is not None and where[0] == where[1]:
+            return
+        for (c, node), sign in zip(where, (-1, 1) if old is not None else (1,), strict=False):
+            per_node = self.class_nodes[c]
+            was = per_node.get(node, 0)
+            now = was + sign
+            if now:
+                per_node[node] = now
+            else:
+                per_node.pop(node, None)
+            sizes = self.node_sizes[c]
+            for size, step in ((was, -1), (now, 1)):
+                if size:
+                    n = sizes.get(size, 0) + step
+                    if n:
+                        sizes[size] = n
+                    else:
+                        sizes.pop(size, None)
+        self.shape_gen += 1
+
+    def shapes(self) -> dict[str, frozenset[tuple[int, int, int]]]:
+        """Per class, the node shapes holding it: (its devices there, node CPU, memory)."""
+        if self._shapes is not None and self._shapes[0] == self.shape_gen:
+            return self._shapes[1]
+        out: dict[str, frozenset[tuple[int, int, int]]] = {}
+        for c, per_node in self.class_nodes.items():
+            if c:
+                out[c] = frozenset(
+                    (n, *self.resources.allocatable_of(node)) for node, n in per_node.items()
+                )
+        self._shapes = (self.shape_gen, out)
+        return out
+
+    def _placement_index(self, d: GPUDevice, sign: int) -> None:
+        s, node = d.status, d.spec.node_name
+        c = s.class_name
+        if is_free(d):
+            self.free_count[c] += sign
+        if s.binding is not None:
+            if sign > 0:
+                self.resources.add_device(s.binding.vm.key, node)
+            else:
+                self.resources.remove_device(s.binding.vm.key, node)
+        self._restate(c, node)
+
+    def _restate(self, class_name: str, node: str) -> None:
+        names = self.free.get(class_name, {}).get(node)
+        if not names:
+            self.states.set(class_name, node, None)
+            return
+        cpu, memory = self.resources.free(node)
+        self.states.set(class_name, node, (len(names), cpu, memory))
+
+    def _resources_changed(self, node: str, freed: bool, allocatable: bool = False) -> None:
+        if allocatable:
+            self.shape_gen += 1
+        if freed:
+            self.capacity_gen += 1  # an order that lacked CPU or memory may fit now
+        for class_name, nodes in self.free.items():
+            if node in nodes:
+                self._restate(class_name, node)
+
+    def whole(self, class_name: str) -> int:
+        """The class's largest node size: how many of its devices one node holds at most."""
+        return max(self.node_sizes.get(class_name, {}), default=0)
+
+    def names_on(self, node: str) -> set[str]:
+        return self.by_node.get(node, set())
+
+    def set_of(self, vm_key: str) -> list[GPUDevice]:
+        names = self.by_vm.get(vm_key)
+        if not names:
+            return []
+        return [self.by_name[n] for n in sorted(names)]
+
+    def free_on(self, class_name: str, node: str) -> set[str]:
+        return self.free.get(class_name, {}).get(node, set())
+
+
+def slot_resource(d: GPUDevice) -> str:
+    """The slot resource serving this device (DESIGN "Pinning"): gpu.cozystack.io/10de-2330-s3."""
+    if d.spec.slot is None:
+        return ""
+    return (
+        f"gpu.cozystack.io/{d.spec.vendor_id.removeprefix('0x')}-"
+        f"{d.spec.device_id.removeprefix('0x')}-s{d.spec.slot}"
+    )
+
+
+def discard_from(index: dict[str, set[str]], key: str, name: str) -> None:
+    names = index.get(key)
+    if names is not None:
+        names.discard(name)
+        if not names:
+            del index[key]
