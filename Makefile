@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean dev-cluster crds proto
+.PHONY: demo test lint typecheck unit venv clean dev-cluster crds helm proto
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,22 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-# Regenerate deploy/crds/ and deploy/kubevirt/ from the models (a test checks they match).
+# Regenerate deploy/crds/ and deploy/kubevirt/ from the models (a test checks they match),
+# and copy deploy/crds/ into the Helm chart, whose crds/ must hold the same files (helm
+# packages no symlinks; tests/kube/test_chart_files.py checks the copy).
+CHART := deploy/helm/gpu-binder
 crds: $(STAMP)
 	$(BIN)/python -m gpu_binder.api.crds deploy/crds
+	rm -f $(CHART)/crds/*.yaml
+	cp deploy/crds/*.yaml $(CHART)/crds/
+
+# helm, built once from the Go module proxy into ~/.cache/gpu-binder/helm/<version>/ (or
+# $$GPU_BINDER_HELM), then the chart linted and rendered with its defaults.
+helm: $(STAMP)
+	@HELM="$$($(BIN)/python -m gpu_binder.envtest.helm)" && \
+	"$$HELM" lint --strict $(CHART) && \
+	"$$HELM" template gpu-binder $(CHART) --namespace gpu-binder >/dev/null && \
+	echo "chart OK; helm is $$HELM"
 
 # A local API server with simulated GPU nodes, gpu-binder and its webhook running against
 # it; prints the kubeconfig to use with kubectl (Ctrl-C stops everything).

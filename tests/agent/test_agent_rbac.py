@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def granted() -> set[tuple[str, str]]:
     }
 
 
-async def test_the_cluster_role_grants_exactly_what_every_path_of_a_pass_uses(
+async def test_the_cluster_role_grants_exactly_what_every_path_of_the_agent_uses(
     tmp_path: Path,
 ) -> None:
     host = hgx_h100(tmp_path)
@@ -83,7 +84,19 @@ async def test_the_cluster_role_grants_exactly_what_every_path_of_a_pass_uses(
     client.put(GPUDevice(metadata=ObjectMeta(name=device_name("n1", H100_GPUS[0])), spec=spec))
     agent = NodeAgent(AgentConfig(node="n1", root=tmp_path), client)
     await agent.run_pass()  # list, create, adopt
+    # The running agent: watches, and passes on them (update, delete).
+    stop = asyncio.Event()
+    running = asyncio.create_task(agent.run(stop))
+
+    async def until(done: Callable[[], bool]) -> None:
+        while not done():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(until(lambda: agent.devices is not None and agent.devices.live), 5)
     host.bind(H100_GPUS[1], "nvidia")
     host.remove(H100_GPUS[2])
-    await agent.run_pass()  # update, delete
+    agent.wake.set()
+    await asyncio.wait_for(until(lambda: len(client.objects(GPUDevice)) == 7), 5)
+    stop.set()
+    await asyncio.wait_for(running, 5)
     assert client.requests == granted()

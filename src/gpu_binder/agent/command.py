@@ -48,7 +48,19 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the GPUDevices as YAML instead of writing them (implies --once)",
     )
-    p.add_argument("--interval", type=float, default=10.0, help="seconds between rescans")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=10.0,
+        help="seconds between rescans of sysfs (changes of the node's GPUDevices and of the "
+        "GPUClasses are watched and seen at once)",
+    )
+    p.add_argument(
+        "--resync",
+        type=float,
+        default=300.0,
+        help="seconds between fresh lists of the watched objects, a safety net",
+    )
     p.add_argument(
         "--vendor",
         action="append",
@@ -103,6 +115,7 @@ async def run(args: argparse.Namespace, client: Client) -> int:
         node=node_name(args.node),
         root=args.root,
         interval=args.interval,
+        resync=args.resync,
         vendors=tuple(args.vendor),
     )
     plugins = None if args.no_device_plugin else DevicePluginManager(args.device_plugin_dir)

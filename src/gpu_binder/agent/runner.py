@@ -1,4 +1,12 @@
-"""One agent on one node: scan, reset, sync, serve — on a timer and when woken (SIGHUP)."""
+"""One agent on one node: scan, reset, sync, serve — on a timer, and when woken.
+
+A running agent watches its node's GPUDevices (by the node label) and the GPUClasses
+(agent/watch.py): a change it did not make itself (a GPU entering Cleaning, a class
+assigned, an object deleted) wakes a pass at once, as does SIGHUP. The timer rescans
+sysfs, which has no events to watch; such a pass reads the watched objects from memory
+and writes only what changed, so an unchanged node costs the API server nothing. A
+single pass (`run_pass` outside `run`, `gpu-binder agent --once`) lists instead.
+"""
 
 from __future__ import annotations
 
@@ -23,20 +31,33 @@ from gpu_binder.agent.reset import (
     reset_devices,
 )
 from gpu_binder.agent.slots import slot_resource
-from gpu_binder.agent.sync import SyncReport, apply, list_node_devices, observe, plan
+from gpu_binder.agent.sync import (
+    SyncReport,
+    apply,
+    list_node_devices,
+    node_selector,
+    observe,
+    plan,
+)
+from gpu_binder.agent.watch import Watched
 from gpu_binder.api.types import GPUClass, GPUDevice, Health
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import Client
 
 log = logging.getLogger(__name__)
 
+# Seconds a pass waits for the watch to show the agent's last writes before it lists.
+FRESH_TIMEOUT = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     node: str
     root: Path = Path("/")
-    # Seconds between rescans; SIGHUP rescans at once.
+    # Seconds between rescans of sysfs; SIGHUP and watched changes pass at once.
     interval: float = 10.0
+    # Seconds between fresh lists of the watched objects, a safety net under the watches.
+    resync: float = 300.0
     # PCI vendors to discover; empty: those the classes name, NVIDIA when there are none.
     vendors: tuple[str, ...] = ()
 
@@ -103,21 +124,23 @@ class NodeAgent:
         self.resetter = resetter or SysfsResetter(config.root)
         self.clock = clock
         self.wake = asyncio.Event()
+        # Passes completed.
+        self.passes = 0
+        # While `run` runs: the node's GPUDevices and the GPUClasses, watched.
+        self.devices: Watched[GPUDevice] | None = None
+        self.classes: Watched[GPUClass] | None = None
         self._classes: list[GPUClass] = []
         self._notes: list[str] = []
 
     async def run_pass(self) -> PassReport:
         """One scan-reset-sync-serve pass; SysfsError when sysfs cannot be listed at all."""
         node, root = self.config.node, self.config.root
-        try:
-            self._classes = (await self.client.list(GPUClass)).items
-        except ApiError as e:
-            log.warning("cannot read GPUClasses (%s); using the last ones seen", e.message)
+        await self._read_classes()
         found: Scan = await asyncio.to_thread(
             scan, root, vendors_of(self._classes, self.config.vendors)
         )
         report = PassReport(notes=found.notes())
-        existing = await list_node_devices(self.client, node)
+        existing = await self._read_devices()
 
         failures = remembered_failures(existing)
         todo = candidates(existing, found, failures)
@@ -131,16 +154,51 @@ class NodeAgent:
 
         observed = observe(found, root)
         p = plan(node, observed, existing, found.unreadable, report.resets)
-        report.sync = await apply(self.client, node, p, existing)
+        report.sync = await apply(self.client, node, p, existing, self._wrote)
         if self.plugins is not None:
             present = {o.pci_address for o in observed}
             served = slot_devices(report.sync.devices, present, self._classes)
             await self.plugins.update(served)
             report.served = sorted(s.resource for s in served)
+        self.passes += 1
         return report
+
+    async def _read_classes(self) -> None:
+        if self.classes is not None and self.classes.live:
+            self._classes = self.classes.items()
+            return
+        try:
+            self._classes = (await self.client.list(GPUClass)).items
+        except ApiError as e:
+            log.warning("cannot read GPUClasses (%s); using the last ones seen", e.message)
+
+    async def _read_devices(self) -> list[GPUDevice]:
+        """The node's GPUDevices: the watched ones once they hold the agent's own writes."""
+        node = self.config.node
+        if self.devices is not None and await self.devices.wait_fresh(FRESH_TIMEOUT):
+            return self.devices.items()
+        return await list_node_devices(self.client, node)
+
+    def _wrote(self, name: str, written: GPUDevice | None) -> None:
+        if self.devices is not None:
+            self.devices.expect(name, written)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pass after pass until stop is set; a failed pass is logged and retried."""
+        node = self.config.node
+        self.devices = Watched(
+            self.client,
+            GPUDevice,
+            self.wake.set,
+            label_selector=node_selector(node),
+            keep=lambda d: d.spec.node_name == node,
+            resync=self.config.resync,
+        )
+        self.classes = Watched(self.client, GPUClass, self.wake.set, resync=self.config.resync)
+        watches = [
+            asyncio.create_task(w.run(), name=f"agent-watch-{w.name}")
+            for w in (self.devices, self.classes)
+        ]
         watchdog = None
         if self.plugins is not None:
             watchdog = asyncio.create_task(self.plugins.watch(stop))
@@ -155,6 +213,10 @@ class NodeAgent:
                     w.cancel()
                 self.wake.clear()
         finally:
+            for task in watches:
+                task.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)
+            self.devices = self.classes = None
             if watchdog is not None:
                 watchdog.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

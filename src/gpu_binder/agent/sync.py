@@ -8,7 +8,7 @@ through the client interface. A pass over an unchanged node plans nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,10 +163,15 @@ def _with(d: GPUDevice, spec: GPUDeviceSpec, node: str) -> GPUDevice:
     return d.model_copy(update={"spec": spec, "metadata": meta})
 
 
+def node_selector(node: str) -> str | None:
+    """The label selector of the node's GPUDevices; None when the name cannot be a label
+    value (longer than 63 characters), and every GPUDevice must be read and filtered."""
+    return f"{NODE_LABEL}={node}" if _labels(node, {}) else None
+
+
 async def list_node_devices(client: Client, node: str) -> list[GPUDevice]:
     """The node's GPUDevices, through the node label when the node name can be one."""
-    selector = f"{NODE_LABEL}={node}" if _labels(node, {}) else None
-    items = (await client.list(GPUDevice, label_selector=selector)).items
+    items = (await client.list(GPUDevice, label_selector=node_selector(node))).items
     return [d for d in items if d.spec.node_name == node]
 
 
@@ -181,19 +186,35 @@ class SyncReport:
     devices: list[GPUDevice] = field(default_factory=list)
 
 
-async def apply(client: Client, node: str, p: Plan, existing: Sequence[GPUDevice]) -> SyncReport:
+# Told of every write as soon as it returns: (name, the object written, None for a delete).
+WriteHook = Callable[[str, GPUDevice | None], None]
+
+
+def _ignore(name: str, written: GPUDevice | None) -> None:
+    pass
+
+
+async def apply(
+    client: Client,
+    node: str,
+    p: Plan,
+    existing: Sequence[GPUDevice],
+    on_write: WriteHook = _ignore,
+) -> SyncReport:
     report = SyncReport()
     current = {d.name: d for d in existing if d.spec.node_name == node}
     for d in p.create:
         try:
-            current[d.name] = await client.create(d)
+            current[d.name] = written = await client.create(d)
+            on_write(d.name, written)
             report.created.append(d.name)
         except AlreadyExists:
             # An object the label did not find (made by hand, or before the label
             # existed): adopt it by writing our spec over its current version.
             try:
                 found = await client.get(GPUDevice, d.name)
-                current[d.name] = await client.update(_with(found, d.spec, node))
+                current[d.name] = written = await client.update(_with(found, d.spec, node))
+                on_write(d.name, written)
                 report.updated.append(d.name)
             except ApiError as e:
                 report.errors.append(f"adopting {d.name}: {e.message}")
@@ -201,7 +222,8 @@ async def apply(client: Client, node: str, p: Plan, existing: Sequence[GPUDevice
             report.errors.append(f"creating {d.name}: {e.message}")
     for d in p.update:
         try:
-            current[d.name] = await client.update(d)
+            current[d.name] = written = await client.update(d)
+            on_write(d.name, written)
             report.updated.append(d.name)
         except NotFound:
             current.pop(d.name, None)
@@ -210,6 +232,7 @@ async def apply(client: Client, node: str, p: Plan, existing: Sequence[GPUDevice
     for d in p.delete:
         try:
             await client.delete(GPUDevice, d.name)
+            on_write(d.name, None)
             report.deleted.append(d.name)
             current.pop(d.name, None)
         except NotFound:

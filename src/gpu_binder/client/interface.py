@@ -45,8 +45,14 @@ class Client(Protocol):
         kind: type[T],
         namespace: str | None = None,
         resource_version: str | None = None,
+        label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent[T]]:
-        """Events after resource_version; raises Gone when it is too old to resume from."""
+        """Events after resource_version; raises Gone when it is too old to resume from.
+
+        Without resource_version the stream starts with an ADDED event for every current
+        object. With label_selector it carries only the objects the selector matches: one
+        that starts matching arrives as ADDED, one that stops matching as DELETED.
+        """
         ...
 
     async def create(self, obj: T, dry_run: bool = False) -> T: ...

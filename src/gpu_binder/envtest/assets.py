@@ -32,6 +32,7 @@ __all__ = [
     "build_assets",
     "build_script_path",
     "cache_dir",
+    "cache_root",
     "ensure_assets",
     "find_assets",
     "k8s_version",
@@ -74,15 +75,18 @@ def k8s_version() -> str:
     return os.environ.get("GPU_BINDER_K8S_VERSION") or DEFAULT_K8S_VERSION
 
 
-def cache_dir(version: str | None = None) -> Path:
-    """Where the build script puts the binaries of ``version``."""
+def cache_root() -> Path:
+    """gpu-binder's cache of built tools: ``GPU_BINDER_CACHE`` or ``~/.cache/gpu-binder``."""
     root = os.environ.get("GPU_BINDER_CACHE")
     if root:
-        base = Path(root)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "gpu-binder"
-    return base / "controlplane" / (version or k8s_version())
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gpu-binder"
+
+
+def cache_dir(version: str | None = None) -> Path:
+    """Where the build script puts the binaries of ``version``."""
+    return cache_root() / "controlplane" / (version or k8s_version())
 
 
 def build_script_path() -> Path:

@@ -120,8 +120,9 @@ class KubeClient:
         kind: type[T],
         namespace: str | None = None,
         resource_version: str | None = None,
+        label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent[T]]:
-        return self._watch(kind, namespace, resource_version)
+        return self._watch(kind, namespace, resource_version, label_selector)
 
     async def create(self, obj: T, dry_run: bool = False) -> T:
         res = resource_of(type(obj))
@@ -243,7 +244,11 @@ class KubeClient:
         return self._session
 
     async def _watch(
-        self, kind: type[T], namespace: str | None, resource_version: str | None
+        self,
+        kind: type[T],
+        namespace: str | None,
+        resource_version: str | None,
+        label_selector: str | None,
     ) -> AsyncIterator[WatchEvent[T]]:
         res = resource_of(kind)
         query = {
@@ -253,6 +258,8 @@ class KubeClient:
         }
         if resource_version:
             query["resourceVersion"] = resource_version
+        if label_selector:
+            query["labelSelector"] = label_selector
         timeout = aiohttp.ClientTimeout(total=None, sock_read=WATCH_SECONDS + 30)
         req = self._send("GET", path(res, namespace or ""), None, query, JSON, timeout)
         try:

@@ -2,8 +2,9 @@
 
 resourceVersion from one global counter, 409 on a stale write, the status subresource kept
 apart from the object, finalizers and deletionTimestamp, ownerReference garbage collection,
-label selectors, merge patch, simplified server-side apply, and watches with a bounded
-history. The store holds typed, immutable objects; `list` and `get` return them as stored.
+label selectors (on lists and watches), merge patch, simplified server-side apply, and
+watches with a bounded history. The store holds typed, immutable objects; `list` and `get`
+return them as stored.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import builtins
 import random
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -26,7 +27,7 @@ from gpu_binder.sim.conflicts import ConflictInjector, ConflictPredicate
 from gpu_binder.sim.merge import merge_patch
 from gpu_binder.sim.objects import NO_STATUS, assemble, evolve, same, spec_of, stamp
 from gpu_binder.sim.owners import Owners
-from gpu_binder.sim.selectors import selector_matches
+from gpu_binder.sim.selectors import parse_selector, selector_matches
 from gpu_binder.sim.watch import History
 
 Key = tuple[str, str]
@@ -41,13 +42,71 @@ def _default_clock() -> datetime:
 
 
 class _Kind:
-    __slots__ = ("history", "kind", "objects", "resource")
+    __slots__ = ("history", "kind", "objects", "previous", "previous_limit", "resource")
 
     def __init__(self, kind: type[Any], resource: Resource, history_limit: int) -> None:
         self.kind = kind
         self.resource = resource
         self.objects: dict[Key, Any] = {}
         self.history = History(history_limit)
+        # The object as it was before the change of each recent resourceVersion (None for
+        # a creation): a label-selected watch turns a change into ADDED, MODIFIED or
+        # DELETED by whether the object matched before and after, as the API server does.
+        self.previous: OrderedDict[int, Any] = OrderedDict()
+        self.previous_limit = 2 * history_limit
+
+    def remember(self, rv: int, previous: Any) -> None:
+        self.previous[rv] = previous
+        if len(self.previous) > self.previous_limit:
+            self.previous.popitem(last=False)
+
+
+class _Selected:
+    """A watch stream narrowed to the objects a label selector matches.
+
+    An object that starts matching arrives as ADDED, one that stops matching as DELETED
+    (its last matching content at the change's resourceVersion), as on the API server,
+    so a cache fed by the stream holds exactly the matching objects.
+    """
+
+    def __init__(
+        self,
+        inner: AsyncIterator[WatchEvent[Any]],
+        selects: Callable[[Any], bool],
+        previous: Callable[[WatchEvent[Any]], Any],
+        unmatched: Callable[[Any, WatchEvent[Any]], Any],
+        initial: int,
+    ) -> None:
+        self._inner = inner
+        self._selects = selects
+        self._previous = previous
+        self._unmatched = unmatched
+        # The first `initial` events are the current objects of a watch without a version.
+        self._initial = initial
+
+    def __aiter__(self) -> _Selected:
+        return self
+
+    async def __anext__(self) -> WatchEvent[Any]:
+        while True:
+            event = await anext(self._inner)
+            if self._initial:
+                self._initial -= 1
+                return event
+            now = event.type != "DELETED" and self._selects(event.object)
+            previous = self._previous(event)
+            was = previous is not None and self._selects(previous)
+            if now:
+                return event if was else WatchEvent("ADDED", event.object)
+            if was and event.type == "DELETED":
+                return event
+            if was:
+                return WatchEvent("DELETED", self._unmatched(previous, event))
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._inner, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class MemoryClient:
@@ -106,6 +165,7 @@ class MemoryClient:
         kind: type[T],
         namespace: str | None = None,
         resource_version: str | None = None,
+        label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent[T]]:
         k = self._kind(kind)
         since: int | None = None
@@ -114,10 +174,36 @@ class MemoryClient:
                 since = int(str(resource_version))
             except ValueError:
                 raise Invalid(f"invalid resourceVersion {resource_version!r}") from None
+        selector = label_selector or ""
+        try:
+            parse_selector(selector)
+        except ValueError as e:
+            raise Invalid(str(e)) from None
+
+        def selects(obj: Any) -> bool:
+            return selector_matches(selector, obj.metadata.labels)
+
         initial: list[WatchEvent[Any]] = []
         if since is None:
-            initial = [WatchEvent("ADDED", o) for _, o in sorted(k.objects.items())]
-        return cast(AsyncIterator[WatchEvent[T]], k.history.watch(namespace, since, initial))
+            initial = [
+                WatchEvent("ADDED", o)
+                for (ns, _), o in sorted(k.objects.items())
+                if (not namespace or ns == namespace) and selects(o)
+            ]
+        stream = k.history.watch(namespace, since, initial)
+        if not selector:
+            return cast(AsyncIterator[WatchEvent[T]], stream)
+
+        def previous(event: WatchEvent[Any]) -> Any:
+            return k.previous.get(int(event.object.metadata.resource_version or 0))
+
+        def unmatched(previous: Any, event: WatchEvent[Any]) -> Any:
+            # The content it last matched with, at the resourceVersion of the change.
+            rv = event.object.metadata.resource_version
+            return stamp(self._assemble(k, previous, previous.metadata, None, previous), rv)
+
+        selected = _Selected(stream, selects, previous, unmatched, len(initial))
+        return cast(AsyncIterator[WatchEvent[T]], selected)
 
     async def create(self, obj: T, dry_run: bool = False) -> T:
         k = self._kind(type(obj))
@@ -384,6 +470,7 @@ class MemoryClient:
         rv, new = self._stamp(candidate)
         k.objects[key] = new
         self._owners.follow((k, key), stored.metadata if stored is not None else None, new.metadata)
+        k.remember(rv, stored)
         self._emit(k, "ADDED" if stored is None else "MODIFIED", rv, new)
         return new
 
@@ -391,6 +478,7 @@ class MemoryClient:
         rv, gone = self._stamp(candidate)
         stored = k.objects.pop(key)
         self._owners.follow((k, key), stored.metadata, None)
+        k.remember(rv, stored)
         self._emit(k, "DELETED", rv, gone)
         # Garbage collection: dependents with no owner left go too, finalizers honoured.
         for dk, dkey in self._owners.orphans(gone.metadata.uid, self._meta_of):
