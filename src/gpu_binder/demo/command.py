@@ -77,7 +77,9 @@ async def play(console: Console, live: bool, speed: float) -> int:
                         highlight=False,
                     )
                 printed = len(c.notes())
-    console.print(view.slots(c))
+    console.print(view.slots(c, plain=not live))
+    if not live:
+        console.print(f"slots: {view.PLAIN_LEGEND}", highlight=False)
     console.print(summary(c))
     if violations:
         console.print("invariants: VIOLATED")
@@ -106,4 +108,7 @@ class _Null:
 def main_demo(plain: bool = False, speed: float = 1.0) -> int:
     console = Console()
     live = console.is_terminal and not plain and sys.stdout.isatty()
+    if not live:
+        # A log, not a screen: each line whole, however long, for grep and for CI logs.
+        console = Console(soft_wrap=True, no_color=not console.is_terminal)
     return asyncio.run(play(console, live, speed))

@@ -19,9 +19,19 @@ COLOURS = {
     Phase.RELEASING: "red",
 }
 LEGEND = "  ".join(f"[{c}]■[/] {p.value}" for p, c in COLOURS.items())
+# Without a terminal there is no colour: a letter per phase says what the square would.
+LETTERS = {
+    Phase.AVAILABLE: ".",
+    Phase.BOUND: "b",
+    Phase.ATTACHED: "A",
+    Phase.LOST: "L",
+    Phase.CLEANING: "c",
+    Phase.RELEASING: "r",
+}
+PLAIN_LEGEND = "  ".join(f"{LETTERS[p]} {p.value}" for p in COLOURS)
 
 
-def slots(c: Cluster) -> Table:
+def slots(c: Cluster, plain: bool = False) -> Table:
     t = Table(show_header=True, header_style="bold", expand=False)
     t.add_column("node")
     t.add_column("state")
@@ -40,8 +50,11 @@ def slots(c: Cluster) -> Table:
         cells = Text()
         vms: list[str] = []
         for d in devs:
-            colour = COLOURS.get(d.status.phase or Phase.AVAILABLE, "white")
-            cells.append("■ ", style=colour)
+            phase = d.status.phase or Phase.AVAILABLE
+            if plain:
+                cells.append(f"{LETTERS.get(phase, '?')} ")
+            else:
+                cells.append("■ ", style=COLOURS.get(phase, "white"))
             if d.status.binding and d.status.binding.vm.name not in vms:
                 vms.append(d.status.binding.vm.name)
         t.add_row(name, state, cells, ", ".join(vms))
