@@ -13,6 +13,7 @@ DELEGATED: dict[str, tuple[str, str]] = {
     "agent": ("gpu_binder.agent.command", "main_agent"),
     "replay": ("gpu_binder.replay.command", "main_replay"),
     "run": ("gpu_binder.kube.command", "main_run"),
+    "usage": ("gpu_binder.usage.command", "main_usage"),
 }
 
 
