@@ -3,65 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import yaml
 from fake_sysfs import H100_GPUS, hgx_h100
+from recording import Recording
 
 from gpu_binder.agent.runner import AgentConfig, NodeAgent
-from gpu_binder.api.kinds import T, resource_of
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import GPUDevice, GPUDeviceSpec, device_name
-from gpu_binder.client.interface import ListResult, WatchEvent
-from gpu_binder.sim.memory import MemoryClient
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "agent" / "rbac.yaml"
-
-
-class Recording(MemoryClient):
-    """Notes each request as RBAC sees it: (verb, resource)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: set[tuple[str, str]] = set()
-
-    def note(self, verb: str, kind: type[Any], sub: str = "") -> None:
-        plural = resource_of(kind).plural
-        self.requests.add((verb, f"{plural}/{sub}" if sub else plural))
-
-    async def get(self, kind: type[T], name: str, namespace: str = "") -> T:
-        self.note("get", kind)
-        return await super().get(kind, name, namespace)
-
-    async def list(self, kind: type[T], *args: Any, **kwargs: Any) -> ListResult[T]:
-        self.note("list", kind)
-        return await super().list(kind, *args, **kwargs)
-
-    def watch(self, kind: type[T], *args: Any, **kwargs: Any) -> AsyncIterator[WatchEvent[T]]:
-        self.note("watch", kind)
-        return super().watch(kind, *args, **kwargs)
-
-    async def create(self, obj: T, dry_run: bool = False) -> T:
-        self.note("create", type(obj))
-        return await super().create(obj, dry_run)
-
-    async def update(self, obj: T) -> T:
-        self.note("update", type(obj))
-        return await super().update(obj)
-
-    async def update_status(self, obj: T) -> T:
-        self.note("update", type(obj), "status")
-        return await super().update_status(obj)
-
-    async def patch(self, kind: type[T], name: str, namespace: str, patch: dict[str, Any]) -> T:
-        self.note("patch", kind)
-        return await super().patch(kind, name, namespace, patch)
-
-    async def delete(self, kind: type[T], name: str, namespace: str = "") -> None:
-        self.note("delete", kind)
-        await super().delete(kind, name, namespace)
 
 
 def granted() -> set[tuple[str, str]]:

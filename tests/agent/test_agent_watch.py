@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fake_sysfs import L40S_GPUS, FakeHost, l40s_x4
+from recording import Recording
 
 from gpu_binder.agent.runner import AgentConfig, NodeAgent
 from gpu_binder.agent.sync import NODE_LABEL
@@ -33,7 +34,7 @@ from gpu_binder.api.types import (
     Phase,
 )
 from gpu_binder.client.errors import Forbidden
-from gpu_binder.client.interface import ListResult, WatchEvent
+from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
 
 NODE = "node-a"
@@ -41,38 +42,7 @@ RELEASED = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 GPU = L40S_GPUS[0]
 
 
-class Counting(MemoryClient):
-    """Counts the requests an API server would see: (verb, plural)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[str, str]] = []
-
-    def note(self, verb: str, kind: type[Any]) -> None:
-        self.calls.append((verb, resource_of(kind).plural))
-
-    async def list(self, kind: type[T], *args: Any, **kwargs: Any) -> ListResult[T]:
-        self.note("list", kind)
-        return await super().list(kind, *args, **kwargs)
-
-    def watch(self, kind: type[T], *args: Any, **kwargs: Any) -> AsyncIterator[WatchEvent[T]]:
-        self.note("watch", kind)
-        return super().watch(kind, *args, **kwargs)
-
-    async def create(self, obj: T, dry_run: bool = False) -> T:
-        self.note("create", type(obj))
-        return await super().create(obj, dry_run)
-
-    async def update(self, obj: T) -> T:
-        self.note("update", type(obj))
-        return await super().update(obj)
-
-    async def delete(self, kind: type[T], name: str, namespace: str = "") -> None:
-        self.note("delete", kind)
-        await super().delete(kind, name, namespace)
-
-
-class NoWatch(Counting):
+class NoWatch(Recording):
     """An agent whose ClusterRole predates the watch verb."""
 
     def watch(self, kind: type[T], *args: Any, **kwargs: Any) -> AsyncIterator[WatchEvent[T]]:
@@ -151,7 +121,7 @@ def host(tmp_path: Path) -> Iterator[FakeHost]:
 async def test_a_gpu_entering_cleaning_is_reset_at_once_not_at_the_next_rescan(
     host: FakeHost,
 ) -> None:
-    client = Counting()
+    client = Recording()
     async with running(make_agent(host.root, client)):
         await clean(client)
         await eventually(lambda: asyncio.sleep(0, device(client).spec.last_reset is not None))
@@ -160,7 +130,7 @@ async def test_a_gpu_entering_cleaning_is_reset_at_once_not_at_the_next_rescan(
 
 
 async def test_its_own_writes_wake_no_pass(host: FakeHost) -> None:
-    client = Counting()
+    client = Recording()
     async with running(make_agent(host.root, client)) as agent:
         assert len(client.objects(GPUDevice)) == 4
         await asyncio.sleep(0.2)
@@ -173,7 +143,7 @@ async def test_its_own_writes_wake_no_pass(host: FakeHost) -> None:
 
 
 async def test_rescans_of_an_unchanged_node_make_no_request(host: FakeHost) -> None:
-    client = Counting()
+    client = Recording()
     async with running(make_agent(host.root, client, interval=0.01)) as agent:
         await until(lambda: agent.passes >= 3)
         before, passes = len(client.calls), agent.passes
@@ -188,7 +158,7 @@ async def test_rescans_of_an_unchanged_node_make_no_request(host: FakeHost) -> N
 
 
 async def test_a_new_class_reaches_the_agent_through_its_watch(host: FakeHost) -> None:
-    client = Counting()
+    client = Recording()
     async with running(make_agent(host.root, client)) as agent:
         spec = GPUClassSpec(match=DeviceMatch(vendor_id="0x10de"), resource_name="l40s")
         await client.create(GPUClass(metadata=ObjectMeta(name="l40s"), spec=spec))
