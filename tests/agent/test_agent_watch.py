@@ -315,3 +315,21 @@ async def test_an_expired_watch_lists_again() -> None:
         client.drop_watches()
         await until(lambda: watched.lists > lists and len(watched.store) == 4)
         assert changes.count >= 1
+
+
+async def test_a_watch_that_keeps_failing_is_said_once_and_retried_ever_more_slowly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = NoWatch()
+    watched = Watched(client, GPUDevice, Changes(), backoff=0.01, max_backoff=0.08)
+    task = asyncio.create_task(watched.run())
+    try:
+        await asyncio.sleep(0.4)
+        assert not watched.live
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    warnings = [r for r in caplog.records if "watch of gpudevices failed" in r.getMessage()]
+    assert len(warnings) == 1
+    # Each failure lists again after the wait: 0.01, 0.02, 0.04, then 0.08 at the most.
+    assert client.calls.count(("list", "gpudevices")) <= 8

@@ -4,6 +4,11 @@ Each informer lists (paged), then watches from the list's resourceVersion with b
 resuming from the last resourceVersion it saw when a watch ends. When that version has
 expired (410 Gone) it lists again and diffs the new list against what it holds, handing on
 a DELETED event for every object that vanished meanwhile, so no deletion is missed.
+
+An informer may hold a selection of its kind: the objects a label selector matches (the
+API server then sends an object relabelled out of it as DELETED) and, narrower still,
+those its `selects` accepts; an object that stops being selected is handed on as DELETED
+too. It may also list again every `resync` seconds, a safety net under the watch.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class Informer(Generic[T]):
         handler: Handler,
         namespace: str | None = None,
         *,
+        label_selector: str | None = None,
+        resync: float | None = None,
         backoff: float = 0.2,
         max_backoff: float = 10.0,
         on_relist: Callable[[], None] | None = None,
@@ -45,18 +52,28 @@ class Informer(Generic[T]):
         self.kind = kind
         self.handler = handler
         self.namespace = namespace
+        self.label_selector = label_selector
+        # Seconds from one list to the next while the watch holds; None: only on 410 Gone.
+        self.resync = resync
         self.store: dict[str, T] = {}
         # The last resourceVersion seen: a watch resumes from it; empty means list first.
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.relists = 0
+        # Failed lists or watches in a row: none since a watch last ran its course.
+        self.failures = 0
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._on_relist = on_relist or (lambda: None)
+        self._listed_at = 0.0
 
     @property
     def name(self) -> str:
         return resource_of(self.kind).plural
+
+    def selects(self, obj: T) -> bool:
+        """Whether the cache holds obj (the label selector aside); a subclass may narrow it."""
+        return True
 
     async def run(self) -> None:
         """List and watch until cancelled; errors back off and retry, never end it."""
@@ -65,22 +82,30 @@ class Informer(Generic[T]):
             try:
                 if not self.resource_version:
                     await self.relist()
-                await self.watch()
+                await self._watch_until_resync()
                 delay = self._backoff
+                self.failures = 0
             except asyncio.CancelledError:
                 raise
             except Gone as e:
                 log.info("watch of %s expired (%s): relisting", self.name, e)
                 self.resource_version = ""
             except Exception as e:
-                log.warning("informer %s: %r; retrying in %.1fs", self.name, e, delay)
+                self.failures += 1
+                self._failed(e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._max_backoff)
 
+    def _failed(self, error: Exception, delay: float) -> None:
+        """Say why a list or watch failed; the next try is in `delay` seconds."""
+        log.warning("informer %s: %r; retrying in %.1fs", self.name, error, delay)
+
     async def relist(self) -> None:
         """List everything and hand on the difference to what the store holds."""
-        result = await self.client.list(self.kind, self.namespace)
-        fresh = {object_key(o): o for o in result.items}
+        result = await self.client.list(
+            self.kind, self.namespace, label_selector=self.label_selector
+        )
+        fresh = {object_key(o): o for o in result.items if self.selects(o)}
         for key, old in self.store.items():
             if key not in fresh:
                 self._emit(WatchEvent("DELETED", old))
@@ -92,30 +117,56 @@ class Informer(Generic[T]):
                 self._emit(WatchEvent("MODIFIED", obj))
         self.store = fresh
         self.resource_version = result.resource_version
+        self._listed_at = asyncio.get_running_loop().time()
         if self.synced.is_set():
             self.relists += 1
             self._on_relist()
         self.synced.set()
 
+    async def _watch_until_resync(self) -> None:
+        """One watch stream; with `resync`, cut short once the next list is due."""
+        if self.resync is None:
+            await self.watch()
+            return
+        window = asyncio.timeout_at(self._listed_at + self.resync)
+        try:
+            async with window:
+                await self.watch()
+        except TimeoutError:
+            if not window.expired():
+                raise
+            self.resource_version = ""  # the resync: list again
+
     async def watch(self) -> None:
         """Follow one watch stream from resource_version until the server ends it."""
-        stream = self.client.watch(self.kind, self.namespace, self.resource_version)
+        stream = self.client.watch(
+            self.kind, self.namespace, self.resource_version, label_selector=self.label_selector
+        )
         try:
             async for event in stream:
                 rv = event.object.metadata.resource_version
                 if event.type != "BOOKMARK":
-                    key = object_key(event.object)
-                    if event.type == "DELETED":
-                        self.store.pop(key, None)
-                    else:
-                        self.store[key] = event.object
-                    self._emit(event)
+                    self._apply(event)
                 if rv:
                     self.resource_version = rv
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def _apply(self, event: WatchEvent[Any]) -> None:
+        obj = event.object
+        key = object_key(obj)
+        if not self.selects(obj):
+            # Out of the selection: the end of an object the store held, else nothing.
+            if self.store.pop(key, None) is None:
+                return
+            event = WatchEvent("DELETED", obj)
+        elif event.type == "DELETED":
+            self.store.pop(key, None)
+        else:
+            self.store[key] = obj
+        self._emit(event)
 
     def _emit(self, event: WatchEvent[Any]) -> None:
         try:
