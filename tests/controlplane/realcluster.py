@@ -16,19 +16,11 @@ from typing import Any, TypeVar
 import yaml
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
-from gpu_binder.api.meta import ObjectMeta
-from gpu_binder.api.types import (
-    FINALIZER,
-    DeviceMatch,
-    GPUClass,
-    GPUClassSpec,
-    GPUDevice,
-    GPUDeviceSpec,
-    PlacementSpec,
-    device_name,
-)
+from gpu_binder.api.types import GPUClass, GPUDevice
+from gpu_binder.devcluster import fleet
 from gpu_binder.envtest import ControlPlane
 from gpu_binder.kube.client import KubeClient
+from gpu_binder.sim import builders
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -107,57 +99,31 @@ class Fleet:
         self.gpus_per_node = gpus_per_node
 
     def slot(self, n: int) -> str:
-        return f"gpu.cozystack.io/10de-{self.device_id.removeprefix('0x')}-s{n}"
+        return builders.slot_resource(n, self.device_id)
 
     async def create_class(self, **spec: Any) -> GPUClass:
-        spec.setdefault("placement", PlacementSpec(policy="Pack"))
-        cls = GPUClass(
-            metadata=ObjectMeta(name=self.class_name),
-            spec=GPUClassSpec(
-                resource_name=self.resource,
-                match=DeviceMatch(vendor_id="0x10de", device_ids=(self.device_id,)),
-                **spec,
-            ),
-        )
+        cls = fleet.gpu_class(self.class_name, self.resource, self.device_id, **spec)
         return await self.admin.create(cls)
 
     async def create_node(self, suffix: str, ready: bool = True) -> str:
         name = f"n-{self.id}-{suffix}"
-        raw = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        }
-        await self.admin.create(Node.from_dict(raw))
-        await self.set_node(name, ready=ready)
-        for i in range(self.gpus_per_node):
-            spec = GPUDeviceSpec(
-                node_name=name,
-                pci_address=f"0000:{0x10 + i:02x}:00.0",
-                slot=i,
-                vendor_id="0x10de",
-                device_id=self.device_id,
-                model="test GPU",
-            )
-            meta = ObjectMeta(name=device_name(name, spec.pci_address), finalizers=(FINALIZER,))
-            await self.admin.create(GPUDevice(metadata=meta, spec=spec))
+        devices = await fleet.create_node(
+            self.admin,
+            name,
+            self.gpus_per_node,
+            self.device_id,
+            ready=ready,
+            first_bus=builders.FIRST_BUS,
+            model="test GPU",
+            numa_node=None,
+            driver="",
+        )
+        for create in devices:
+            await create
         return name
 
-    async def set_node(self, name: str, ready: bool, since: str | None = None) -> None:
-        now = since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        status = {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True" if ready else "False",
-                    "reason": "KubeletReady" if ready else "NodeStatusUnknown",
-                    "lastTransitionTime": now,
-                    "lastHeartbeatTime": now,
-                }
-            ],
-            "allocatable": {self.slot(i): "1" for i in range(self.gpus_per_node)},
-            "capacity": {self.slot(i): "1" for i in range(self.gpus_per_node)},
-        }
+    async def set_node(self, name: str, ready: bool) -> None:
+        status = fleet.node_status(self.gpus_per_node, ready, self.device_id)
         await self.admin.patch_status(Node, name, "", {"status": status})
 
     async def devices(self) -> list[GPUDevice]:
@@ -173,49 +139,30 @@ class Fleet:
             and d.status.binding.vm.name == vm
         ]
 
-    def gpus(self, count: int) -> list[dict[str, str]]:
-        return [{"name": f"gpu{i}", "deviceName": self.resource} for i in range(count)]
+    def gpus(self, count: int) -> list[str]:
+        """The device names of count GPU entries ordering this test's class."""
+        return [self.resource] * count
 
     async def create_vm(
         self, namespace: str, name: str, gpus: int, running: bool = True
     ) -> VirtualMachine:
-        raw = {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachine",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "runStrategy": "Always" if running else "Halted",
-                "template": {"spec": {"domain": {"devices": {"gpus": self.gpus(gpus)}}}},
-            },
-        }
-        return await self.admin.create(VirtualMachine.from_dict(raw))
+        strategy = "Always" if running else "Halted"
+        vm = builders.vm_object(name, namespace, self.gpus(gpus), run_strategy=strategy)
+        return await self.admin.create(vm)
 
 
 def vmi_of(
     vm: VirtualMachine | None,
     namespace: str,
     name: str,
-    gpus: list[dict[str, str]],
+    gpus: list[str],
     affinity: dict[str, Any] | None = None,
 ) -> VirtualMachineInstance:
     """The VMI KubeVirt's VM controller would create for vm (or a standalone one)."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if vm is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "kubevirt.io/v1",
-                "kind": "VirtualMachine",
-                "name": vm.metadata.name,
-                "uid": vm.metadata.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-    spec: dict[str, Any] = {"domain": {"devices": {"gpus": gpus}}}
-    if affinity is not None:
-        spec["affinity"] = affinity
-    raw = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta}
-    return VirtualMachineInstance.from_dict({**raw, "spec": spec})
+    spec = {} if affinity is None else {"affinity": affinity}
+    return VirtualMachineInstance.from_dict(
+        builders.vmi_object(name, namespace, gpus, owner=vm, **spec)
+    )
 
 
 async def run_vmi(admin: KubeClient, vmi: VirtualMachineInstance, node: str) -> None:

@@ -19,18 +19,9 @@ from gpu_binder.kube.metrics import RunMetrics
 from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook import Admitter
+from gpu_binder.webhook.review import review_request
 
-REVIEW = {
-    "apiVersion": "admission.k8s.io/v1",
-    "kind": "AdmissionReview",
-    "request": {
-        "uid": "u-1",
-        "operation": "CREATE",
-        "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-        "namespace": "ns",
-        "object": {"metadata": {"name": "vmi", "namespace": "ns"}, "spec": {}},
-    },
-}
+REVIEW = review_request({"metadata": {"name": "vmi", "namespace": "ns"}, "spec": {}}, uid="u-1")
 
 
 class Served:

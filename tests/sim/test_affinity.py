@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpu_binder.sim.affinity import named_nodes, node_matches
-from gpu_binder.sim.nodes import HOSTNAME_LABEL, node_object
+from gpu_binder.sim.builders import HOSTNAME_LABEL, node_object
 
 NODE = node_object("n1", datetime(2025, 1, 1, tzinfo=UTC), labels={"zone": "a", "gpus": "8"})
 

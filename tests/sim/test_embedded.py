@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import base64
-import json
+import functools
 from typing import Any
 
 import pytest
 
-from gpu_binder.api.types import GPUBindRequest, GPUDevice, GPUUsageRecord, Phase
+from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import World
+from gpu_binder.sim.admission import call_webhook
 from gpu_binder.sim.agent import AgentFleet
+from gpu_binder.sim.builders import vm_object, vmi_object
 from gpu_binder.sim.catalog import H100, L40S, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.invariants import InvariantChecker, quiet_pass
-from gpu_binder.sim.jsonpatch import apply_patch
 from gpu_binder.sim.kubelet import Kubelet
-from gpu_binder.sim.kubevirt import KubeVirtSim, vm_object, vmi_object
+from gpu_binder.sim.kubevirt import KubeVirtSim
 from gpu_binder.sim.memory import MemoryClient
-from gpu_binder.webhook.decision import Admitter, NeedsRequest
+from gpu_binder.webhook.decision import Admitter
 
 RESOURCE = "nvidia.com/H100"
 
@@ -38,33 +38,8 @@ class Embedded:
         self.checker = InvariantChecker(store)
 
     async def admit(self, vmi: dict[str, Any]) -> dict[str, Any] | str:
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "r",
-                "operation": "CREATE",
-                "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-                "namespace": vmi["metadata"]["namespace"],
-                "object": vmi,
-            },
-        }
-        decision = self.admitter.decide(review)
-        if isinstance(decision, NeedsRequest):
-            request = await self.store.create(decision.request)
-            await self.binder.reconcile(REQUESTS_KEY)
-            meta = request.metadata
-            answered = self.store.peek(GPUBindRequest, meta.name, meta.namespace) or request
-            response = self.admitter.answer(review, answered)
-            await self.store.delete(GPUBindRequest, meta.name, meta.namespace)
-        else:
-            response = decision.response
-        answer = response["response"]
-        if not answer["allowed"]:
-            return str(answer.get("status", {}).get("message", "denied"))
-        if answer.get("patch"):
-            return apply_patch(vmi, json.loads(base64.b64decode(answer["patch"])))
-        return vmi
+        answer = functools.partial(self.binder.reconcile, REQUESTS_KEY)
+        return (await call_webhook(self.admitter, self.store, vmi, answer, uid="r")).outcome
 
     async def settle(self) -> None:
         for _ in range(50):

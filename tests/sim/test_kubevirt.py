@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
+from gpu_binder.sim.builders import vm_object, vmi_object
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.kubelet import VMI_FINALIZER, Kubelet
-from gpu_binder.sim.kubevirt import KubeVirtSim, vm_object, vmi_object
+from gpu_binder.sim.kubevirt import KubeVirtSim
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon, create_node, set_allocatable, set_ready
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gpu_binder.api.kubevirt import Node
+from gpu_binder.sim.builders import HOSTNAME_LABEL
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.memory import MemoryClient
-from gpu_binder.sim.nodes import HOSTNAME_LABEL, cordon, create_node, set_allocatable, set_ready
+from gpu_binder.sim.nodes import cordon, create_node, set_allocatable, set_ready
 
 
 async def test_a_new_node_is_ready_since_its_creation(

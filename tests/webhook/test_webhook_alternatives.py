@@ -3,70 +3,26 @@ of whichever class its set holds, and a bind request carries the alternatives.""
 
 from __future__ import annotations
 
-from typing import Any
-
 from test_webhook_admit import admit_with_binder, device_names, node_terms, on
-from webhook_cluster import H100, L40S, NS, T0, Cluster, patched, review, vmi_of
+from webhook_cluster import L40S, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import VirtualMachine
-from gpu_binder.api.types import CLASSES_ANNOTATION, GPUClass, GPUDevice, device_name
+from gpu_binder.api.types import CLASSES_ANNOTATION, GPUDevice
 from gpu_binder.webhook.decision import NeedsRequest
 
 A100_SLOT = "gpu.cozystack.io/10de-20b5-s{}"
 
 
 def a100_class(cluster: Cluster) -> None:
-    cluster.client.put(
-        GPUClass.model_validate(
-            {
-                "metadata": {"name": "a100"},
-                "spec": {
-                    "resourceName": "nvidia.com/GA100_A100_80GB",
-                    "match": {"vendorID": "0x10de", "deviceIDs": ["0x20b5"]},
-                },
-            }
-        )
-    )
+    cluster.add_class("a100", "nvidia.com/GA100_A100_80GB", "0x20b5")
 
 
 def a100(cluster: Cluster, node: str, slot: int, vm: VirtualMachine | None = None) -> GPUDevice:
-    pci = f"0000:{0x10 + slot:02x}:00.0"
-    status: dict[str, Any] = {"className": "a100", "phase": "Available"}
-    if vm is not None:
-        ref = {"namespace": NS, "name": vm.metadata.name, "uid": vm.metadata.uid}
-        status = {
-            "className": "a100",
-            "phase": "Bound",
-            "binding": {"vm": ref, "boundAt": T0, "reason": "Order"},
-        }
-    return cluster.client.put(
-        GPUDevice.model_validate(
-            {
-                "metadata": {"name": device_name(node, pci)},
-                "spec": {"nodeName": node, "pciAddress": pci, "slot": slot, "deviceID": "0x20b5"},
-                "status": status,
-            }
-        )
-    )
+    return cluster.gpu(node, slot, cls="a100", vm=vm)
 
 
 def vm_accepting(cluster: Cluster, name: str, gpus: int, classes: str) -> VirtualMachine:
-    entries = [{"name": f"gpu{i}", "deviceName": H100} for i in range(gpus)]
-    return cluster.client.put(
-        VirtualMachine.from_dict(
-            {
-                "metadata": {
-                    "name": name,
-                    "namespace": NS,
-                    "annotations": {CLASSES_ANNOTATION: classes},
-                },
-                "spec": {
-                    "running": True,
-                    "template": {"spec": {"domain": {"devices": {"gpus": entries}}}},
-                },
-            }
-        )
-    )
+    return cluster.vm(name, {"h100": gpus}, annotations={CLASSES_ANNOTATION: classes})
 
 
 async def test_entries_naming_h100_get_the_a100_set_the_vm_holds(cluster: Cluster) -> None:

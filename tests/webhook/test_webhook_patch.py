@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook_cluster import apply_patch
-
+from gpu_binder.sim.jsonpatch import apply_patch
 from gpu_binder.webhook.patch import pin_patch, pointer
 from gpu_binder.webhook.pinning import Entry, Pinning
 

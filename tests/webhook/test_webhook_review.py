@@ -8,19 +8,27 @@ from typing import Any
 import orjson
 import pytest
 
-from gpu_binder.webhook.review import BadReview, allowed, denied, parse_review
+from gpu_binder.webhook.review import BadReview, allowed, denied, parse_review, review_request
 
 
 def body(**request: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "uid": "u-1",
-        "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-        "operation": "CREATE",
-        "namespace": "tenant-a",
-        "object": {"metadata": {"name": "vm1"}},
-    }
-    base.update(request)
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": base}
+    """A review of CREATE vm1 in tenant-a, with request fields replaced by request."""
+    review = review_request({"metadata": {"name": "vm1"}}, uid="u-1", namespace="tenant-a")
+    review["request"].update(request)
+    return review
+
+
+def test_the_request_built_for_the_api_server_side_parses_back() -> None:
+    vmi = {"metadata": {"name": "vm1", "namespace": "t"}}
+    req = parse_review(review_request(vmi, uid="u-2", dry_run=True))
+    assert (req.uid, req.operation, req.kind, req.namespace, req.dry_run, req.object) == (
+        "u-2",
+        "CREATE",
+        "VirtualMachineInstance",
+        "t",
+        True,
+        vmi,
+    )
 
 
 def test_a_request_is_parsed_into_its_fields() -> None:

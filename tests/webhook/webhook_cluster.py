@@ -6,20 +6,19 @@ the real Reconciler answers bind requests.
 
 from __future__ import annotations
 
-import base64
-import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
-
-from gpu_binder.api.kubevirt import Node, VirtualMachine
-from gpu_binder.api.types import GPUClass, GPUDevice, device_name
+from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.types import GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import Reconciler
 from gpu_binder.binder.world import World
+from gpu_binder.sim.admission import outcome
+from gpu_binder.sim.builders import gpu_class, gpu_device, node_object, vm_object, vmi_for
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter
+from gpu_binder.webhook.review import review_request
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 NS = "tenant-a"
@@ -38,27 +37,12 @@ class Cluster:
         self.world = World()
         self.client.subscribe(lambda kind, ev: self.world.apply(ev))
         for name, (resource, device_id, pinning) in CLASSES.items():
-            self.client.put(
-                GPUClass.model_validate(
-                    {
-                        "metadata": {"name": name},
-                        "spec": {
-                            "resourceName": resource,
-                            "match": {"vendorID": "0x10de", "deviceIDs": [device_id]},
-                            "pinning": pinning,
-                        },
-                    }
-                )
-            )
+            self.add_class(name, resource, device_id, pinning=pinning)
         for node in ("node-a", "node-b", "node-c"):
-            self.client.put(
-                Node.from_dict(
-                    {
-                        "metadata": {"name": node},
-                        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-                    }
-                )
-            )
+            self.client.put(node_object(node, T0))
+
+    def add_class(self, name: str, resource: str, device_id: str, **spec: Any) -> GPUClass:
+        return self.client.put(gpu_class(name, resource, device_id, **spec))
 
     def gpu(
         self,
@@ -68,8 +52,7 @@ class Cluster:
         vm: VirtualMachine | None = None,
         lost: bool = False,
     ) -> GPUDevice:
-        """A GPU in slot `slot` of `node`: free, or bound to `vm`."""
-        pci = f"0000:{0x10 + slot:02x}:00.0"
+        """A GPU of class cls in slot `slot` of `node`: free, or bound to `vm`."""
         status: dict[str, Any] = {"className": cls, "phase": "Available"}
         if vm is not None:
             ref = {
@@ -84,30 +67,22 @@ class Cluster:
             }
         if lost:
             status["phase"] = "Lost"
-        return self.client.put(
-            GPUDevice.model_validate(
-                {
-                    "metadata": {"name": device_name(node, pci)},
-                    "spec": {
-                        "nodeName": node,
-                        "pciAddress": pci,
-                        "slot": slot,
-                        "deviceID": CLASSES[cls][1],
-                    },
-                    "status": status,
-                }
-            )
-        )
+        found = self.client.peek(GPUClass, cls)
+        assert found is not None, f"no class {cls}"
+        device_id = found.spec.match.device_ids[0]
+        return self.client.put(gpu_device(node, slot, device_id, status=status))
 
-    def vm(self, name: str, gpus: dict[str, int]) -> VirtualMachine:
-        return self.client.put(
-            VirtualMachine.from_dict(
-                {
-                    "metadata": {"name": name, "namespace": NS},
-                    "spec": {"running": True, "template": {"spec": _devices(gpus)}},
-                }
-            )
-        )
+    def vm(
+        self, name: str, gpus: dict[str, int], annotations: dict[str, str] | None = None
+    ) -> VirtualMachine:
+        """A VM ordering gpus (class: count), running."""
+        names = [self.resource_of(c) for c, n in gpus.items() for _ in range(n)]
+        return self.client.put(vm_object(name, NS, names, annotations=annotations))
+
+    def resource_of(self, cls: str) -> str:
+        found = self.client.peek(GPUClass, cls)
+        assert found is not None, f"no class {cls}"
+        return found.spec.resource_name
 
     def admitter(self, **config: Any) -> Admitter:
         return Admitter(self.world, self.client, Config(**config), clock=lambda: T0)
@@ -116,46 +91,15 @@ class Cluster:
         return Reconciler(self.client, self.world, clock=lambda: T0 + timedelta(seconds=1))
 
 
-def _devices(gpus: dict[str, int]) -> dict[str, Any]:
-    entries = [
-        {"name": f"gpu{i}", "deviceName": CLASSES[cls][0]}
-        for cls, n in gpus.items()
-        for i in range(n)
-    ]
-    return {"domain": {"devices": {"gpus": entries}}}
-
-
 def vmi_of(vm: VirtualMachine, **spec: Any) -> dict[str, Any]:
     """The VMI KubeVirt creates for vm: its template, owned by it, plus `spec` overrides."""
-    template = copy.deepcopy(vm.raw["spec"]["template"]["spec"])
-    owner = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "name": vm.metadata.name,
-        "uid": vm.metadata.uid,
-        "controller": True,
-    }
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": vm.metadata.name, "namespace": NS, "ownerReferences": [owner]},
-        "spec": {**template, **spec},
-    }
+    return vmi_for(vm, **spec)
 
 
 def review(vmi: dict[str, Any], dry_run: bool = False, uid: str = "review-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-            "operation": "CREATE",
-            "namespace": vmi["metadata"].get("namespace", NS),
-            "dryRun": dry_run,
-            "object": vmi,
-        },
-    }
+    return review_request(
+        vmi, uid=uid, namespace=vmi["metadata"].get("namespace", NS), dry_run=dry_run
+    )
 
 
 def patched(response: dict[str, Any], vmi: dict[str, Any]) -> dict[str, Any]:
@@ -163,24 +107,6 @@ def patched(response: dict[str, Any], vmi: dict[str, Any]) -> dict[str, Any]:
     body = response["response"]
     assert body["allowed"], body
     assert body.get("patchType") == "JSONPatch"
-    return apply_patch(vmi, orjson.loads(base64.b64decode(body["patch"])))
-
-
-def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 `add` and `replace`: a missing parent, or replacing nothing, is an error."""
-    out = copy.deepcopy(doc)
-    for op in ops:
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
-        parent: Any = out
-        for t in tokens[:-1]:
-            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
-        last = tokens[-1]
-        if isinstance(parent, list):
-            if op["op"] == "add":
-                parent.insert(len(parent) if last == "-" else int(last), op["value"])
-            else:
-                parent[int(last)] = op["value"]
-        else:
-            assert op["op"] == "add" or last in parent, f"replace of missing {op['path']}"
-            parent[last] = op["value"]
-    return out
+    result = outcome(vmi, response)
+    assert isinstance(result, dict)
+    return result

@@ -6,9 +6,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.sim.builders import vmi_object
 from gpu_binder.sim.catalog import H100, L40S
 from gpu_binder.sim.cluster import ClassDef, Cluster
-from gpu_binder.sim.kubevirt import vmi_object
 
 H100_CLASS = ClassDef("h100", "nvidia.com/GH100_H100_SXM5_80GB", H100)
 L40S_CLASS = ClassDef("l40s", "nvidia.com/AD102GL_L40S", L40S, policy="Spread", release_after="10m")

@@ -14,88 +14,64 @@ from typing import Any
 import yaml
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
-from gpu_binder.api.meta import ObjectMeta
-from gpu_binder.api.types import (
-    FINALIZER,
-    DeviceMatch,
-    GPUClass,
-    GPUClassSpec,
-    GPUDevice,
-    GPUDeviceSpec,
-    PlacementSpec,
-    device_name,
-)
+from gpu_binder.api.types import GPUClass, GPUDevice, PlacementSpec
 from gpu_binder.client.errors import AlreadyExists
 from gpu_binder.kube.client import KubeClient
+from gpu_binder.sim import builders
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
 CRDS = (DEPLOY / "crds", DEPLOY / "kubevirt" / "crds.yaml")
-RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
-DEVICE_ID = "0x2330"
+RESOURCE = builders.H100_RESOURCE
+DEVICE_ID = builders.H100_DEVICE_ID
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+# The bus of slot 0 on a simulated node, as the names in README's example show.
+FIRST_BUS = 0x18
 
 
 def gpu_class(
     name: str = "h100", resource: str = RESOURCE, device_id: str = DEVICE_ID, **spec: Any
 ) -> GPUClass:
     spec.setdefault("placement", PlacementSpec(policy="Pack"))
-    return GPUClass(
-        metadata=ObjectMeta(name=name),
-        spec=GPUClassSpec(
-            resource_name=resource,
-            match=DeviceMatch(vendor_id="0x10de", device_ids=(device_id,)),
-            **spec,
-        ),
-    )
-
-
-def slot_resource(slot: int, device_id: str = DEVICE_ID) -> str:
-    return f"gpu.cozystack.io/10de-{device_id.removeprefix('0x')}-s{slot}"
+    return builders.gpu_class(name, resource, device_id, **spec)
 
 
 def node_status(gpus: int, ready: bool = True, device_id: str = DEVICE_ID) -> dict[str, Any]:
     """A kubelet's report: Ready (or not) since now, and one unit of each slot resource."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    slots = {slot_resource(i, device_id): "1" for i in range(gpus)}
-    return {
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True" if ready else "False",
-                "reason": "KubeletReady" if ready else "NodeStatusUnknown",
-                "lastTransitionTime": now,
-                "lastHeartbeatTime": now,
-            }
-        ],
-        "allocatable": slots,
-        "capacity": slots,
-    }
+    slots = {builders.slot_resource(i, device_id): 1 for i in range(gpus)}
+    now = datetime.now(UTC).replace(microsecond=0)
+    return builders.node_status(now, slots, ready=ready, heartbeat=True, capacity=True)
 
 
 async def create_node(
-    client: KubeClient, name: str, gpus: int, device_id: str = DEVICE_ID
+    client: KubeClient,
+    name: str,
+    gpus: int,
+    device_id: str = DEVICE_ID,
+    *,
+    ready: bool = True,
+    **device: Any,
 ) -> list[Awaitable[Any]]:
-    """Create the Node and its status; the GPUDevice creations are returned to be awaited."""
-    raw = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
-    await _ignore_exists(client.create(Node.from_dict(raw)))
-    await client.patch_status(Node, name, "", {"status": node_status(gpus, device_id=device_id)})
-    return [_ignore_exists(client.create(device(name, i, device_id))) for i in range(gpus)]
+    """Create the Node and its status; the GPUDevice creations are returned to be awaited.
+
+    device replaces fields of a simulated node's GPUDevices (see gpu_device)."""
+    await _ignore_exists(client.create(Node.from_dict({"metadata": builders.node_metadata(name)})))
+    status = node_status(gpus, ready, device_id)
+    await client.patch_status(Node, name, "", {"status": status})
+    return [
+        _ignore_exists(client.create(gpu_device(name, i, device_id, **device))) for i in range(gpus)
+    ]
 
 
-def device(node: str, slot: int, device_id: str = DEVICE_ID) -> GPUDevice:
-    spec = GPUDeviceSpec(
-        node_name=node,
-        pci_address=f"0000:{0x18 + slot:02x}:00.0",
-        slot=slot,
-        vendor_id="0x10de",
-        device_id=device_id,
-        model="simulated GPU",
-        numa_node=slot * 2 // 8,
-        driver="vfio-pci",
-    )
-    meta = ObjectMeta(name=device_name(node, spec.pci_address), finalizers=(FINALIZER,))
-    return GPUDevice(metadata=meta, spec=spec)
+def gpu_device(node: str, slot: int, device_id: str = DEVICE_ID, **spec: Any) -> GPUDevice:
+    """A simulated node's GPU, as its agent would create it (spec overrides the defaults)."""
+    defaults = {
+        "first_bus": FIRST_BUS,
+        "model": "simulated GPU",
+        "numa_node": slot * 2 // 8,
+        "driver": "vfio-pci",
+    }
+    return builders.gpu_device(node, slot, device_id, finalizer=True, **{**defaults, **spec})
 
 
 async def seed(
@@ -122,44 +98,15 @@ async def seed(
 
 
 def vm(namespace: str, name: str, gpus: int, resource: str = RESOURCE) -> VirtualMachine:
-    entries = [{"name": f"gpu{i}", "deviceName": resource} for i in range(gpus)]
-    return VirtualMachine.from_dict(
-        {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachine",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "runStrategy": "Always",
-                "template": {"spec": {"domain": {"devices": {"gpus": entries}}}},
-            },
-        }
-    )
+    return builders.vm_object(name, namespace, [resource] * gpus, run_strategy="Always")
 
 
 def vmi(
     owner: VirtualMachine | None, namespace: str, name: str, gpus: int, resource: str = RESOURCE
 ) -> VirtualMachineInstance:
     """The VMI KubeVirt would create for owner, or a standalone one (its own order)."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "kubevirt.io/v1",
-                "kind": "VirtualMachine",
-                "name": owner.metadata.name,
-                "uid": owner.metadata.uid,
-                "controller": True,
-            }
-        ]
-    entries = [{"name": f"gpu{i}", "deviceName": resource} for i in range(gpus)]
-    return VirtualMachineInstance.from_dict(
-        {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstance",
-            "metadata": meta,
-            "spec": {"domain": {"devices": {"gpus": entries}}},
-        }
-    )
+    raw = builders.vmi_object(name, namespace, [resource] * gpus, owner=owner)
+    return VirtualMachineInstance.from_dict(raw)
 
 
 def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:

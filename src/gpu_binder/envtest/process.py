@@ -1,5 +1,5 @@
 """The control plane's child processes: started with their output in a log file, ended
-with their parent, probed for health."""
+with their parent, probed for health, waited for until ready."""
 
 from __future__ import annotations
 
@@ -11,13 +11,20 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
 LOG_TAIL_LINES = 15
+# How often a component is started on new ports when one was taken before it bound it.
+PORT_RETRIES = 3
+
+
+class ControlPlaneError(RuntimeError):
+    """A component failed to start, stopped early, or a wait timed out."""
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -94,6 +101,20 @@ def flag_args(flags: Mapping[str, str | None]) -> list[str]:
     return [f"--{k}={v}" for k, v in flags.items() if v is not None]
 
 
+def launch(
+    name: str,
+    binary: Path,
+    work: Path,
+    flags: Mapping[str, str | None],
+    overrides: Mapping[str, str | None],
+) -> Process:
+    """Start binary with flags, overrides winning (None removes a flag); its output goes
+    to work/logs/<name>.log."""
+    proc = Process(name, work / "logs" / f"{name}.log")
+    proc.start([str(binary), *flag_args({**flags, **overrides})])
+    return proc
+
+
 def https_ok(url: str, ctx: ssl.SSLContext) -> bool:
     try:
         with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
@@ -112,3 +133,57 @@ def etcd_healthy(client_url: str) -> bool:
             return bool(json.loads(resp.read()).get("health") == "true")
     except (OSError, ValueError):
         return False
+
+
+def start_ready(
+    start: Callable[[], tuple[Process, Callable[[], bool]]],
+    what: str,
+    timeout: float,
+) -> Process:
+    """Start a process and wait until its readiness check (what) passes.
+
+    start picks free ports, starts the process and returns it with its check; when a
+    port was taken in the meantime, it is started again on new ones. A process that
+    fails otherwise is stopped and the error raised as ControlPlaneError.
+    """
+    last_error, name = "", what
+    for _attempt in range(PORT_RETRIES):
+        proc, ready = start()
+        name = proc.name
+        try:
+            _wait_until(proc, ready, what, timeout)
+        except _EarlyExit as e:
+            last_error = str(e)
+            if "address already in use" in last_error:
+                continue
+            raise ControlPlaneError(last_error) from None
+        except BaseException:
+            proc.stop()
+            raise
+        return proc
+    raise ControlPlaneError(f"{name} could not get free ports: {last_error}")
+
+
+class _EarlyExit(Exception):
+    pass
+
+
+def _wait_until(proc: Process, check: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        code = proc.exited()
+        if code is not None:
+            raise _EarlyExit(
+                f"{proc.name} exited with code {code} before {what} was ok; "
+                f"log {proc.log_path} (GPU_BINDER_ENVTEST_KEEP=1 keeps it):\n{proc.tail()}"
+            )
+        if check():
+            return
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(
+                f"{what} not ok after {timeout:.0f} s; "
+                f"log {proc.log_path} (GPU_BINDER_ENVTEST_KEEP=1 keeps it):\n{proc.tail()}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_binder.api.kubevirt import Node
-from gpu_binder.sim.nodes import HOSTNAME_LABEL
+from gpu_binder.sim.builders import HOSTNAME_LABEL
 
 
 def required_terms(spec: Mapping[str, Any]) -> list[dict[str, Any]] | None:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_binder.agent.models import NVIDIA, model_name
-from gpu_binder.api.meta import ObjectMeta
-from gpu_binder.api.types import GPUClass, GPUClassSpec
+from gpu_binder.api.types import GPUClass
+from gpu_binder.sim import builders
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +28,6 @@ L40S = GPUModel("0x26b9")
 def gpu_class(name: str, model: GPUModel, resource_name: str, **spec: Any) -> GPUClass:
     """A class of exactly one model; spec takes further GPUClassSpec fields in wire form,
     e.g. placement={"policy": "Spread"}, pinning="Node", cleaning="None"."""
-    body = {
-        "resourceName": resource_name,
-        "match": {"vendorID": model.vendor_id, "deviceIDs": [model.device_id]},
-        **spec,
-    }
-    return GPUClass(metadata=ObjectMeta(name=name), spec=GPUClassSpec.model_validate(body))
+    return builders.gpu_class(
+        name, resource_name, model.device_id, vendor_id=model.vendor_id, **spec
+    )

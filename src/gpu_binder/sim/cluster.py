@@ -7,9 +7,7 @@ decides when each runs, so a run is repeatable from its seed.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,16 +22,17 @@ from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import WATCHED, World
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
+from gpu_binder.sim.admission import call_webhook
 from gpu_binder.sim.agent import AgentFleet
+from gpu_binder.sim.builders import kubevirt_object, vm_object
 from gpu_binder.sim.catalog import GPUModel, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.invariants import InvariantChecker
-from gpu_binder.sim.jsonpatch import apply_patch
 from gpu_binder.sim.kubelet import Kubelet
-from gpu_binder.sim.kubevirt import KubeVirtSim, vm_object
+from gpu_binder.sim.kubevirt import KubeVirtSim
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
-from gpu_binder.webhook.decision import Admitter, NeedsRequest
+from gpu_binder.webhook.decision import Admitter
 
 
 @dataclass(frozen=True)
@@ -101,15 +100,7 @@ class Cluster:
             )
         self.client.put(
             KubeVirt.from_dict(
-                {
-                    "apiVersion": "kubevirt.io/v1",
-                    "kind": "KubeVirt",
-                    "metadata": {
-                        "name": self.config.kubevirt_name,
-                        "namespace": self.config.kubevirt_namespace,
-                    },
-                    "spec": {"configuration": {}},
-                }
+                kubevirt_object(self.config.kubevirt_name, self.config.kubevirt_namespace)
             )
         )
         self.recorder = ClientRecorder(self.client)
@@ -205,43 +196,22 @@ class Cluster:
 
     async def admit(self, vmi: dict[str, Any]) -> dict[str, Any] | str:
         """The API server calling the webhook; a binder that is down never answers."""
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "sim",
-                "operation": "CREATE",
-                "dryRun": False,
-                "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-                "namespace": vmi["metadata"]["namespace"],
-                "object": vmi,
-            },
-        }
-        decision = self.admitter.decide(review)
-        if isinstance(decision, NeedsRequest):
-            created = await self.client.create(decision.request)
-            await self.reconcile(REQUESTS_KEY)
-            self.dirty_requests = False
-            meta = created.metadata
-            answered = self.client.peek(GPUBindRequest, meta.name, meta.namespace) or created
-            response = self.admitter.answer(review, answered)
-            if answered.status.phase == "Bound":
+        admission = await call_webhook(self.admitter, self.client, vmi, self._answer_requests)
+        if admission.request is not None:
+            if admission.request.status.phase == "Bound":
                 self.stats.requests_answered += 1
-            elif answered.status.phase == "Failed":
+            elif admission.request.status.phase == "Failed":
                 self.stats.requests_failed += 1
-            await self.client.delete(GPUBindRequest, meta.name, meta.namespace)
-        else:
-            response = decision.response
-        answer = response["response"]
         key = f"{vmi['metadata']['namespace']}/{vmi['metadata']['name']}"
-        if not answer["allowed"]:
-            message = str(answer.get("status", {}).get("message", "denied"))
-            self.log.add(self.clock(), "webhook", f"denied {key}: {message}")
-            return message
-        self.log.add(self.clock(), "webhook", f"admitted {key}")
-        if answer.get("patch"):
-            return apply_patch(vmi, json.loads(base64.b64decode(answer["patch"])))
-        return vmi
+        if isinstance(admission.outcome, str):
+            self.log.add(self.clock(), "webhook", f"denied {key}: {admission.outcome}")
+        else:
+            self.log.add(self.clock(), "webhook", f"admitted {key}")
+        return admission.outcome
+
+    async def _answer_requests(self) -> None:
+        await self.reconcile(REQUESTS_KEY)
+        self.dirty_requests = False
 
     # --- what users and admins do -----------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Applying a JSONPatch (RFC 6902) the way the API server applies a webhook's patch."""
+"""Applying a JSONPatch (RFC 6902) the way the API server applies a webhook's patch: a
+missing parent, or replacing a member that is not there, is an error."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
                     parent.insert(int(last), value)
                 else:
                     parent[int(last)] = value
+            elif kind == "replace" and last not in parent:
+                raise KeyError(f"replace of missing member {op['path']}")
             else:
                 parent[last] = value
         elif kind == "remove":

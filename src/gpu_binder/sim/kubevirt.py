@@ -10,19 +10,15 @@ VMI; the kubelet then ends it and lets it go.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpu_binder.api.kubevirt import (
-    KUBEVIRT_API_VERSION,
-    Node,
-    VirtualMachine,
-    VirtualMachineInstance,
-)
+from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.client.errors import AlreadyExists, NotFound
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.affinity import named_nodes, node_matches
+from gpu_binder.sim.builders import vmi_for
 from gpu_binder.sim.kubelet import VMI_FINALIZER, with_phase
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.retry import modify, wire
@@ -31,82 +27,6 @@ from gpu_binder.sim.retry import modify, wire
 Admit = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | str]]
 
 ENDED = ("Succeeded", "Failed")
-
-
-def _devices(gpus: Sequence[str]) -> dict[str, Any]:
-    return {"gpus": [{"name": f"gpu{i}", "deviceName": n} for i, n in enumerate(gpus)]}
-
-
-def vm_object(
-    name: str,
-    namespace: str,
-    gpus: Sequence[str] = (),
-    *,
-    running: bool = True,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
-) -> VirtualMachine:
-    """A VM whose template orders one GPU entry per name in gpus (a class's resourceName)."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if labels:
-        meta["labels"] = dict(labels)
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    return VirtualMachine.from_dict(
-        {
-            "apiVersion": KUBEVIRT_API_VERSION,
-            "kind": "VirtualMachine",
-            "metadata": meta,
-            "spec": {
-                "running": running,
-                "template": {
-                    "metadata": {"labels": {"kubevirt.io/vm": name}},
-                    "spec": {"domain": {"devices": _devices(gpus)}},
-                },
-            },
-        }
-    )
-
-
-def vmi_object(name: str, namespace: str, gpus: Sequence[str] = ()) -> dict[str, Any]:
-    """A VMI with no VM: its own order (an unmanaged VMI when it bypasses the webhook)."""
-    return {
-        "apiVersion": KUBEVIRT_API_VERSION,
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"domain": {"devices": _devices(gpus)}},
-    }
-
-
-def vmi_for(vm: VirtualMachine) -> dict[str, Any]:
-    """The VMI KubeVirt creates for a VM, before admission."""
-    raw = wire(vm)
-    template = (raw.get("spec") or {}).get("template") or {}
-    tmeta = template.get("metadata") or {}
-    meta: dict[str, Any] = {
-        "name": vm.metadata.name,
-        "namespace": vm.metadata.namespace,
-        "ownerReferences": [
-            {
-                "apiVersion": KUBEVIRT_API_VERSION,
-                "kind": "VirtualMachine",
-                "name": vm.metadata.name,
-                "uid": vm.metadata.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
-        "finalizers": [VMI_FINALIZER],
-    }
-    for field in ("labels", "annotations"):
-        if tmeta.get(field):
-            meta[field] = tmeta[field]
-    return {
-        "apiVersion": KUBEVIRT_API_VERSION,
-        "kind": "VirtualMachineInstance",
-        "metadata": meta,
-        "spec": template.get("spec") or {},
-    }
 
 
 class KubeVirtSim:

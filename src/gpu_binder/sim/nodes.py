@@ -4,49 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from gpu_binder.api.kubevirt import Node
+from gpu_binder.sim.builders import node_object, ready_condition
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.retry import modify, wire
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-
-
-def _iso(t: datetime) -> str:
-    return t.isoformat().replace("+00:00", "Z")
-
-
-def node_object(
-    name: str,
-    since: datetime,
-    *,
-    labels: Mapping[str, str] | None = None,
-    ready: bool = True,
-    unschedulable: bool = False,
-    allocatable: Mapping[str, int] | None = None,
-) -> Node:
-    """A Node as a kubelet registers it; allocatable holds only device-plugin units."""
-    raw: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {HOSTNAME_LABEL: name, **(labels or {})}},
-        "spec": {"unschedulable": True} if unschedulable else {},
-        "status": {
-            "conditions": [_ready_condition(ready, since)],
-            "allocatable": {k: str(v) for k, v in sorted((allocatable or {}).items())},
-        },
-    }
-    return Node.from_dict(raw)
-
-
-def _ready_condition(ready: bool, since: datetime) -> dict[str, str]:
-    return {
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": "KubeletReady" if ready else "NodeStatusUnknown",
-        "lastTransitionTime": _iso(since),
-    }
 
 
 async def create_node(
@@ -64,7 +26,7 @@ async def set_ready(client: MemoryClient, name: str, ready: bool, now: datetime)
         raw = wire(node)
         status = raw.setdefault("status", {})
         others = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
-        status["conditions"] = [*others, _ready_condition(ready, now)]
+        status["conditions"] = [*others, ready_condition(ready, now)]
         return Node.from_dict(raw)
 
     return await modify(client, Node, name, "", change, status=True)

@@ -2,8 +2,9 @@
 
 `decide` and `answer` are the two halves without I/O, for the embedded cluster's
 discrete-event driver, which answers the bind request itself; `admit` joins them with a
-real bind request and a watch bounded by `bindTimeout`. The webhook reads the world and
-creates requests; it never writes a device (DESIGN §2, invariant 5).
+real bind request and a watch bounded by `bindTimeout` (see webhook.bindrequest). The
+webhook reads the world and creates requests; it never writes a device (DESIGN §2,
+invariant 5).
 
 A dry run creates nothing. With a complete set it gets the real patch; otherwise it is
 admitted unpinned, with a warning naming what a real create would ask the binder for:
@@ -15,28 +16,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import string
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from gpu_binder.api.meta import ObjectMeta, OwnerReference
 from gpu_binder.api.types import (
     CLASSES_ANNOTATION,
-    ClassCount,
     GPUBindRequest,
-    GPUBindRequestSpec,
     GPUDevice,
-    NameRef,
     Phase,
     RequestPhase,
-    VMRef,
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.world import World
-from gpu_binder.client.errors import AlreadyExists, Gone, NotFound
-from gpu_binder.client.interface import Client, WatchEvent
+from gpu_binder.client.interface import Client
+from gpu_binder.webhook import bindrequest
 from gpu_binder.webhook.patch import pin_patch
 from gpu_binder.webhook.pinning import (
     Incomplete,
@@ -53,16 +48,11 @@ from gpu_binder.webhook.pinning import (
     with_alternatives,
 )
 from gpu_binder.webhook.review import AdmissionRequest, allowed, denied, parse_review
+from gpu_binder.webhook.target import Target, target_of, vmi_name
 
 log = logging.getLogger(__name__)
 
 VMI_KIND = "VirtualMachineInstance"
-VM_KIND = "VirtualMachine"
-KUBEVIRT_API_VERSION = "kubevirt.io/v1"
-# How long to wait before watching again after a watch stream ended early.
-REWATCH_DELAY = 0.05
-_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
-_NAME_MAX = 253
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,22 +70,6 @@ class NeedsRequest:
 
 
 Decision = Respond | NeedsRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """The order a starting VMI runs for: its VirtualMachine, or the VMI itself."""
-
-    namespace: str
-    vm_name: str
-    # Empty for a standalone VMI: the API server gives it a uid only after admission.
-    vm_uid: str
-    vmi_name: str
-    owned: bool
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.vm_name}"
 
 
 class Admitter:
@@ -208,7 +182,8 @@ class Admitter:
                     "gpu-binder is disabled, so no GPUs are bound to this VM; KubeVirt will retry",
                 )
             )
-        return NeedsRequest(self._bind_request(target, wanted, alternatives))
+        name = bindrequest.request_name(target.vmi_name, self.rng)
+        return NeedsRequest(bindrequest.bind_request(target, wanted, name, alternatives))
 
     def _alternatives(self, target: Target, vmi: Mapping[str, Any]) -> tuple[str, ...]:
         """Classes the order accepts in place of those its entries name: its VM's, else
@@ -236,50 +211,6 @@ class Admitter:
                 and d.status.binding.vm.uid != target.vm_uid
             )
         ]
-
-    def _bind_request(
-        self, target: Target, wanted: Mapping[str, int], alternatives: tuple[str, ...] = ()
-    ) -> GPUBindRequest:
-        owners: tuple[OwnerReference, ...] = ()
-        if target.owned and target.vm_uid:
-            # Not the controller: the VM controller owns its VMIs, and a request is only
-            # garbage-collected with the VM, not managed by it.
-            owners = (
-                OwnerReference(
-                    api_version=KUBEVIRT_API_VERSION,
-                    kind=VM_KIND,
-                    name=target.vm_name,
-                    uid=target.vm_uid,
-                    controller=False,
-                    block_owner_deletion=False,
-                ),
-            )
-        return GPUBindRequest(
-            metadata=ObjectMeta(
-                name=self._request_name(target.vmi_name),
-                namespace=target.namespace,
-                owner_references=owners,
-            ),
-            spec=GPUBindRequestSpec(
-                vm=VMRef(name=target.vm_name, uid=target.vm_uid),
-                vmi=NameRef(name=target.vmi_name),
-                requests=tuple(
-                    ClassCount(
-                        class_name=c,
-                        count=n,
-                        alternatives=alternatives if c in alternatives else None,
-                    )
-                    for c, n in sorted(wanted.items())
-                    if c and n
-                ),
-            ),
-        )
-
-    def _request_name(self, vmi_name: str) -> str:
-        """`<vmi name>-<5 random>`, as generateName would, which the in-memory API lacks."""
-        suffix = "".join(self.rng.choices(_SUFFIX_ALPHABET, k=5))
-        base = vmi_name[: _NAME_MAX - len(suffix) - 1].rstrip("-.")
-        return f"{base}-{suffix}"
 
     def _answer(
         self,
@@ -334,21 +265,21 @@ class Admitter:
         outcome: GPUBindRequest | Literal["timeout", "deleted"] = "timeout"
         try:
             async with asyncio.timeout(self.config.bind_timeout.total_seconds()):
-                created = await self._create(bind_request)
+                created = await bindrequest.create(self.client, bind_request, self.rng)
                 outcome = (
                     created
                     if created.status.phase != RequestPhase.PENDING
-                    else await self._wait(created)
+                    else await bindrequest.wait_for_answer(self.client, created)
                 )
         except TimeoutError:
             outcome = "timeout"
         finally:
             if created is not None:
-                await self._forget(created)
+                await bindrequest.forget(self.client, created)
         log.info(
             "VMI %s/%s: bind request %s answered %s after %s",
             request.namespace,
-            _vmi_name(request),
+            vmi_name(request),
             (created or bind_request).metadata.name,
             outcome if isinstance(outcome, str) else outcome.status.phase.value,
             self.clock() - started,
@@ -361,121 +292,21 @@ class Admitter:
             )
         if isinstance(outcome, str):
             return self._deny(request, timeout_message(self.config))
-        return self._answer(request, outcome, await self._devices(outcome))
-
-    async def _create(self, bind_request: GPUBindRequest) -> GPUBindRequest:
-        """Create the request, drawing a new name suffix if the random one was taken."""
-        for _ in range(3):
-            try:
-                return await self.client.create(bind_request)
-            except AlreadyExists:
-                meta = bind_request.metadata.model_copy(
-                    update={"name": self._request_name(bind_request.spec.vmi.name)}
-                )
-                bind_request = bind_request.model_copy(update={"metadata": meta})
-        return await self.client.create(bind_request)
-
-    async def _wait(self, created: GPUBindRequest) -> GPUBindRequest | Literal["deleted"]:
-        """Watch the request from its creation until the binder answers it or it is deleted."""
-        meta = created.metadata
-        rv = meta.resource_version
-        while True:
-            stream = self.client.watch(GPUBindRequest, meta.namespace, resource_version=rv)
-            try:
-                async for event in stream:
-                    if event.type == "BOOKMARK":
-                        rv = event.object.metadata.resource_version or rv
-                        continue
-                    seen = _answered(event, meta.name)
-                    rv = event.object.metadata.resource_version or rv
-                    if seen is not None:
-                        return seen
-            except Gone:
-                pass  # resumed too late: read the request itself below
-            finally:
-                await _close(stream)
-            # The stream ended early (a dropped connection): read past it, then resume.
-            try:
-                current = await self.client.get(GPUBindRequest, meta.name, meta.namespace)
-            except NotFound:
-                return "deleted"
-            if current.status.phase != RequestPhase.PENDING:
-                return current
-            rv = current.metadata.resource_version
-            await asyncio.sleep(REWATCH_DELAY)
-
-    async def _forget(self, created: GPUBindRequest) -> None:
-        """Delete the answered request; best effort, the VM's deletion collects it anyway."""
-        try:
-            await self.client.delete(
-                GPUBindRequest, created.metadata.name, created.metadata.namespace
-            )
-        except NotFound:
-            pass
-        except Exception as e:
-            log.warning(
-                "could not delete bind request %s/%s: %s",
-                created.metadata.namespace,
-                created.metadata.name,
-                e,
-            )
-
-    async def _devices(self, answered: GPUBindRequest) -> dict[str, GPUDevice]:
-        """The answered devices: from the world, else past it (a replica's cache may lag)."""
-        out: dict[str, GPUDevice] = {}
-        for name in answered.status.devices:
-            d = self.world.devices.get(name)
-            if d is None or not d.status.class_name:
-                try:
-                    d = await self.client.get(GPUDevice, name)
-                except NotFound:
-                    continue
-            out[name] = d
-        return out
+        devices = await bindrequest.answered_devices(self.world, self.client, outcome)
+        return self._answer(request, outcome, devices)
 
     # --- answering -------------------------------------------------------------------
 
     def _deny(self, request: AdmissionRequest, message: str) -> dict[str, Any]:
-        log.info("VMI %s/%s denied: %s", request.namespace, _vmi_name(request), message)
+        log.info("VMI %s/%s denied: %s", request.namespace, vmi_name(request), message)
         return denied(request.uid, message)
 
     def _failed(self, request: AdmissionRequest, error: Exception) -> dict[str, Any]:
-        log.exception("VMI %s/%s: the webhook failed", request.namespace, _vmi_name(request))
+        log.exception("VMI %s/%s: the webhook failed", request.namespace, vmi_name(request))
         return denied(
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
-
-
-def target_of(request: AdmissionRequest) -> Target | str:
-    """The order the VMI runs for, or why it cannot be told (as a denial message)."""
-    meta = (request.object or {}).get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    vmi_name = meta.get("name")
-    if not isinstance(vmi_name, str) or not vmi_name:
-        return "a VMI with GPUs needs metadata.name: generateName is not supported"
-    if not request.namespace:
-        return "a VMI with GPUs needs a namespace"
-    owner = vm_owner(meta.get("ownerReferences"))
-    if owner is None:
-        return Target(request.namespace, vmi_name, "", vmi_name, owned=False)
-    name, uid = owner
-    return Target(request.namespace, name, uid, vmi_name, owned=True)
-
-
-def vm_owner(refs: object) -> tuple[str, str] | None:
-    """(name, uid) of the VirtualMachine owner: the controller one, else the first."""
-    if not isinstance(refs, list):
-        return None
-    owners = [
-        r
-        for r in refs
-        if isinstance(r, dict) and r.get("kind") == VM_KIND and isinstance(r.get("name"), str)
-    ]
-    if not owners:
-        return None
-    best = next((r for r in owners if r.get("controller") is True), owners[0])
-    return str(best["name"]), str(best.get("uid") or "")
 
 
 def timeout_message(config: Config) -> str:
@@ -490,24 +321,3 @@ def _dry_run_warning(wanted: Mapping[str, int], config: Config) -> str:
         f"asks gpu-binder to bind {order} and waits up to "
         f"{config.bind_timeout.total_seconds():g}s"
     )
-
-
-def _answered(event: WatchEvent[Any], name: str) -> GPUBindRequest | Literal["deleted"] | None:
-    obj = event.object
-    if not isinstance(obj, GPUBindRequest) or obj.metadata.name != name:
-        return None
-    if event.type == "DELETED":
-        return "deleted"
-    return obj if obj.status.phase != RequestPhase.PENDING else None
-
-
-async def _close(stream: AsyncIterator[Any]) -> None:
-    """Close a watch stream; the protocol's iterators need not have aclose."""
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-def _vmi_name(request: AdmissionRequest) -> str:
-    meta = (request.object or {}).get("metadata")
-    return str(meta.get("name", "")) if isinstance(meta, dict) else ""

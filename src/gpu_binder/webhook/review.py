@@ -2,12 +2,13 @@
 
 Malformed input raises BadReview, which the HTTPS server answers with a 400; everything
 past parsing is answered inside an AdmissionReview, which always echoes the request's uid.
+`review_request` builds the API server's side, for the embedded cluster and the tests.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,33 @@ def parse_review(review: object) -> AdmissionRequest:
         dry_run=dry_run,
         object=obj,
     )
+
+
+def review_request(
+    obj: Mapping[str, Any],
+    *,
+    uid: str,
+    namespace: str | None = None,
+    operation: str = "CREATE",
+    dry_run: bool = False,
+    group: str = "kubevirt.io",
+    version: str = "v1",
+    kind: str = "VirtualMachineInstance",
+) -> dict[str, Any]:
+    """The AdmissionReview the API server sends for obj (in its metadata's namespace
+    unless namespace is given)."""
+    meta = obj.get("metadata")
+    if namespace is None:
+        namespace = str(meta.get("namespace", "")) if isinstance(meta, Mapping) else ""
+    request = {
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind},
+        "operation": operation,
+        "namespace": namespace,
+        "dryRun": dry_run,
+        "object": obj,
+    }
+    return {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "request": request}
 
 
 def allowed(

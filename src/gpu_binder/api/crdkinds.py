@@ -1,0 +1,226 @@
+"""What a CustomResourceDefinition adds to its model: names, printer columns (the columns
+of `kubectl get`), subresources and CEL validation rules, and these for gpu-binder's kinds.
+
+The schema itself comes from the model (:mod:`gpu_binder.api.crdschema`); the CRDs are
+assembled and written by :mod:`gpu_binder.api.crds`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_binder.api.meta import Model
+from gpu_binder.api.types import (
+    GROUP,
+    PCI_ADDRESS_PATTERN,
+    GPUBindRequest,
+    GPUClass,
+    GPUDevice,
+    GPUUsageRecord,
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One x-kubernetes-validations entry: a CEL rule and what a user is told when it fails."""
+
+    rule: str
+    message: str
+    # Points the error at a child field, so the user sees which field to fix.
+    field_path: str | None = None
+    # FieldValueInvalid when unset; Required/Forbidden read better where they fit (the API
+    # server drops the message of a Duplicate, so that reason is not used).
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path is not None:
+            out["fieldPath"] = self.field_path
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(frozen=True)
+class Column:
+    """One additionalPrinterColumns entry, the columns of `kubectl get`."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    # 1 shows the column only under `kubectl get -o wide`.
+    priority: int = 0
+    format: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
+        if self.format:
+            out["format"] = self.format
+        if self.description:
+            out["description"] = self.description
+        if self.priority:
+            out["priority"] = self.priority
+        return out
+
+
+AGE = Column("Age", ".metadata.creationTimestamp", "date")
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """What a CRD adds to a model: names, columns, subresources and CEL rules."""
+
+    model: type[Model]
+    short_name: str
+    description: str
+    status_subresource: bool
+    columns: tuple[Column, ...]
+    # Schema path (property names, "[]" for an array's items) -> rules on that node.
+    rules: Mapping[tuple[str, ...], tuple[Rule, ...]] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return str(self.model.KIND)  # type: ignore[attr-defined]
+
+    @property
+    def plural(self) -> str:
+        return str(self.model.PLURAL)  # type: ignore[attr-defined]
+
+    @property
+    def namespaced(self) -> bool:
+        return bool(self.model.NAMESPACED)  # type: ignore[attr-defined]
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+def _cel_string(text: str) -> str:
+    """A CEL string literal of text: CEL reads backslash escapes, so they are doubled."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+KINDS: tuple[KindSpec, ...] = (
+    KindSpec(
+        model=GPUClass,
+        short_name="gpuc",
+        description="A kind of GPU tenants can order, named by the KubeVirt device name "
+        "VMs use (spec.resourceName).",
+        status_subresource=True,
+        columns=(
+            Column("Resource", ".spec.resourceName"),
+            Column("Devices", ".status.devices", "integer"),
+            Column("Available", ".status.available", "integer"),
+            Column("Bound", ".status.bound", "integer"),
+            Column("Attached", ".status.attached", "integer"),
+            Column("Lost", ".status.lost", "integer"),
+            Column(
+                "Largest Free Set",
+                ".status.largestFreeSet",
+                "integer",
+                "The largest order that can be bound right now",
+            ),
+            AGE,
+        ),
+        rules={
+            ("spec",): (
+                Rule(
+                    "has(self.resourceName) && self.resourceName.size() > 0",
+                    "resourceName is required: the KubeVirt device name VMs order this class "
+                    "by, such as nvidia.com/GH100_H100_SXM5_80GB",
+                    field_path=".resourceName",
+                    reason="FieldValueRequired",
+                ),
+            ),
+            ("spec", "match", "deviceIDs"): (
+                Rule(
+                    "self.all(id, self.exists_one(other, other == id))",
+                    "deviceIDs must not list the same device ID twice",
+                ),
+            ),
+        },
+    ),
+    KindSpec(
+        model=GPUDevice,
+        short_name="gpud",
+        description="One physical GPU on a node: its hardware (spec, written by the node "
+        "agent) and its binding to a VM (status, written by the binder).",
+        status_subresource=True,
+        columns=(
+            Column("Node", ".spec.nodeName"),
+            Column("Class", ".status.className"),
+            Column("Phase", ".status.phase"),
+            Column("VM", ".status.binding.vm.name"),
+            Column("PCI", ".spec.pciAddress", priority=1),
+            Column("Model", ".spec.model", priority=1),
+            Column("Health", ".spec.health", priority=1),
+            AGE,
+        ),
+        rules={
+            ("spec", "pciAddress"): (
+                Rule(
+                    f"self.matches({_cel_string(PCI_ADDRESS_PATTERN)})",
+                    "pciAddress must be a PCI address domain:bus:device.function in "
+                    "lower-case hex, such as 0000:3b:00.0",
+                ),
+            ),
+            ("spec", "nodeName"): (
+                Rule(
+                    "self == oldSelf",
+                    "nodeName is immutable: a GPU does not move between nodes; delete the "
+                    "GPUDevice and let the node agent create it on its new node",
+                    reason="FieldValueForbidden",
+                ),
+            ),
+        },
+    ),
+    KindSpec(
+        model=GPUBindRequest,
+        short_name="gpubr",
+        description="The webhook asks for a VM's GPUs to be bound; the binder answers in status.",
+        status_subresource=True,
+        columns=(
+            Column("VM", ".spec.vm.name"),
+            Column("Phase", ".status.phase"),
+            Column("Node", ".status.nodeName"),
+            Column("Message", ".status.message"),
+            AGE,
+        ),
+        rules={
+            ("spec", "requests", "[]", "count"): (
+                Rule("self > 0", "count must be at least 1: a request orders one GPU or more"),
+            ),
+        },
+    ),
+    KindSpec(
+        model=GPUUsageRecord,
+        short_name="gpuur",
+        description="One attachment of one GPU to one VMI, the billing ledger: open "
+        "while end is empty, immutable once closed.",
+        status_subresource=False,
+        columns=(
+            Column("VM", ".spec.vm"),
+            Column("Device", ".spec.device"),
+            Column("Class", ".spec.className"),
+            Column("Start", ".spec.start", format="date-time"),
+            Column("End", ".spec.end", format="date-time"),
+        ),
+        rules={
+            ("spec",): (
+                Rule(
+                    "!has(oldSelf.end) || self == oldSelf",
+                    "a closed usage record is immutable",
+                    reason="FieldValueForbidden",
+                ),
+                Rule(
+                    "!has(self.end) || self.end >= self.start",
+                    "end must not be before start",
+                    field_path=".end",
+                ),
+            ),
+        },
+    ),
+)

@@ -1,0 +1,63 @@
+"""The order a starting VMI runs for: its VirtualMachine (the controller owner), or the VMI
+itself when it has none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_binder.webhook.review import AdmissionRequest
+
+VM_KIND = "VirtualMachine"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The order a starting VMI runs for: its VirtualMachine, or the VMI itself."""
+
+    namespace: str
+    vm_name: str
+    # Empty for a standalone VMI: the API server gives it a uid only after admission.
+    vm_uid: str
+    vmi_name: str
+    owned: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.vm_name}"
+
+
+def target_of(request: AdmissionRequest) -> Target | str:
+    """The order the VMI runs for, or why it cannot be told (as a denial message)."""
+    meta = (request.object or {}).get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    vmi_name = meta.get("name")
+    if not isinstance(vmi_name, str) or not vmi_name:
+        return "a VMI with GPUs needs metadata.name: generateName is not supported"
+    if not request.namespace:
+        return "a VMI with GPUs needs a namespace"
+    owner = vm_owner(meta.get("ownerReferences"))
+    if owner is None:
+        return Target(request.namespace, vmi_name, "", vmi_name, owned=False)
+    name, uid = owner
+    return Target(request.namespace, name, uid, vmi_name, owned=True)
+
+
+def vm_owner(refs: object) -> tuple[str, str] | None:
+    """(name, uid) of the VirtualMachine owner: the controller one, else the first."""
+    if not isinstance(refs, list):
+        return None
+    owners = [
+        r
+        for r in refs
+        if isinstance(r, dict) and r.get("kind") == VM_KIND and isinstance(r.get("name"), str)
+    ]
+    if not owners:
+        return None
+    best = next((r for r in owners if r.get("controller") is True), owners[0])
+    return str(best["name"]), str(best.get("uid") or "")
+
+
+def vmi_name(request: AdmissionRequest) -> str:
+    """The VMI's name as the request carries it ("" when it has none)."""
+    meta = (request.object or {}).get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, dict) else ""
