@@ -28,7 +28,7 @@ from gpu_binder.sim.merge import merge_patch
 from gpu_binder.sim.objects import NO_STATUS, assemble, evolve, same, spec_of, stamp
 from gpu_binder.sim.owners import Owners
 from gpu_binder.sim.selectors import parse_selector, selector_matches
-from gpu_binder.sim.watch import History
+from gpu_binder.sim.watch import History, Selected
 
 Key = tuple[str, str]
 Subscriber = Callable[[type[Any], WatchEvent[Any]], None]
@@ -59,54 +59,6 @@ class _Kind:
         self.previous[rv] = previous
         if len(self.previous) > self.previous_limit:
             self.previous.popitem(last=False)
-
-
-class _Selected:
-    """A watch stream narrowed to the objects a label selector matches.
-
-    An object that starts matching arrives as ADDED, one that stops matching as DELETED
-    (its last matching content at the change's resourceVersion), as on the API server,
-    so a cache fed by the stream holds exactly the matching objects.
-    """
-
-    def __init__(
-        self,
-        inner: AsyncIterator[WatchEvent[Any]],
-        selects: Callable[[Any], bool],
-        previous: Callable[[WatchEvent[Any]], Any],
-        unmatched: Callable[[Any, WatchEvent[Any]], Any],
-        initial: int,
-    ) -> None:
-        self._inner = inner
-        self._selects = selects
-        self._previous = previous
-        self._unmatched = unmatched
-        # The first `initial` events are the current objects of a watch without a version.
-        self._initial = initial
-
-    def __aiter__(self) -> _Selected:
-        return self
-
-    async def __anext__(self) -> WatchEvent[Any]:
-        while True:
-            event = await anext(self._inner)
-            if self._initial:
-                self._initial -= 1
-                return event
-            now = event.type != "DELETED" and self._selects(event.object)
-            previous = self._previous(event)
-            was = previous is not None and self._selects(previous)
-            if now:
-                return event if was else WatchEvent("ADDED", event.object)
-            if was and event.type == "DELETED":
-                return event
-            if was:
-                return WatchEvent("DELETED", self._unmatched(previous, event))
-
-    async def aclose(self) -> None:
-        aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 class MemoryClient:
@@ -202,7 +154,7 @@ class MemoryClient:
             rv = event.object.metadata.resource_version
             return stamp(self._assemble(k, previous, previous.metadata, None, previous), rv)
 
-        selected = _Selected(stream, selects, previous, unmatched, len(initial))
+        selected = Selected(stream, selects, previous, unmatched, len(initial))
         return cast(AsyncIterator[WatchEvent[T]], selected)
 
     async def create(self, obj: T, dry_run: bool = False) -> T:

@@ -1,10 +1,11 @@
-"""A kind's bounded event history and the watch streams that follow it."""
+"""A kind's bounded event history and the watch streams that follow it, whole or by label."""
 
 from __future__ import annotations
 
 import asyncio
 import weakref
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gpu_binder.client.errors import Gone
@@ -112,3 +113,51 @@ class History:
 
 def _in(event: WatchEvent[Any], namespace: str | None) -> bool:
     return not namespace or event.object.metadata.namespace == namespace
+
+
+class Selected:
+    """A watch stream narrowed to the objects a label selector matches.
+
+    An object that starts matching arrives as ADDED, one that stops matching as DELETED
+    (its last matching content at the change's resourceVersion), as on the API server,
+    so a cache fed by the stream holds exactly the matching objects.
+    """
+
+    def __init__(
+        self,
+        inner: AsyncIterator[WatchEvent[Any]],
+        selects: Callable[[Any], bool],
+        previous: Callable[[WatchEvent[Any]], Any],
+        unmatched: Callable[[Any, WatchEvent[Any]], Any],
+        initial: int,
+    ) -> None:
+        self._inner = inner
+        self._selects = selects
+        self._previous = previous
+        self._unmatched = unmatched
+        # The first `initial` events are the current objects of a watch without a version.
+        self._initial = initial
+
+    def __aiter__(self) -> Selected:
+        return self
+
+    async def __anext__(self) -> WatchEvent[Any]:
+        while True:
+            event = await anext(self._inner)
+            if self._initial:
+                self._initial -= 1
+                return event
+            now = event.type != "DELETED" and self._selects(event.object)
+            previous = self._previous(event)
+            was = previous is not None and self._selects(previous)
+            if now:
+                return event if was else WatchEvent("ADDED", event.object)
+            if was and event.type == "DELETED":
+                return event
+            if was:
+                return WatchEvent("DELETED", self._unmatched(previous, event))
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._inner, "aclose", None)
+        if aclose is not None:
+            await aclose()
