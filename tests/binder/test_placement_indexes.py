@@ -1,5 +1,6 @@
 """The World's indexes — CPU and memory per node, nodes by free state, the order mix, the
-nodes that are down — kept by events, always equal to what a recount from scratch finds."""
+nodes that are down, what each tenant holds — kept by events, always equal to what a
+recount from scratch finds."""
 
 from __future__ import annotations
 
@@ -140,7 +141,12 @@ def recount(world: World) -> dict[str, object]:
     for v in world.vms.values():
         for dem in demands_of(world.named_order(v.key), (), v.cpu_milli, v.memory_bytes):
             demands[dem] += 1
-    return {"states": states, "free": free_count, "mix": dict(demands)}
+    held: Counter[tuple[str, str, str]] = Counter()
+    for dev in d.by_name.values():
+        if (b := dev.status.binding) is not None:
+            state = "attached" if dev.status.attachment else "bound"
+            held[(b.vm.namespace, dev.status.class_name, state)] += 1
+    return {"states": states, "free": free_count, "mix": dict(demands), "held": dict(held)}
 
 
 @settings(max_examples=80, deadline=None)
@@ -177,5 +183,6 @@ def test_the_indexes_equal_a_recount_after_any_events(script: list[tuple[Any, ..
     ]
     assert d.free_count["h100"] == expected["free"]
     assert dict(world.mix.counts) == expected["mix"]
+    assert d.held == expected["held"]
     down = {n for n in d.by_node if n not in world.nodes or not world.nodes[n].ready}
     assert down <= world.down_nodes

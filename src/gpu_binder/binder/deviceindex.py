@@ -45,6 +45,9 @@ class DeviceIndex:
         self.ambiguous: set[str] = set()
         # slot resource name -> devices serving it, for the KubeVirt settings.
         self.slot_users: dict[str, int] = defaultdict(int)
+        # (tenant namespace, class, "bound" or "attached") -> devices: what each tenant
+        # holds, for the metrics, without a scan of the devices per scrape.
+        self.held: dict[tuple[str, str, str], int] = {}
         # Bumped whenever a device becomes free, so a failed order is retried only then.
         self.capacity_gen = 0
         # Change counters per order key and per node: a step that found nothing to do for a
@@ -107,6 +110,8 @@ class DeviceIndex:
         if s.binding is not None:
             self.by_vm[s.binding.vm.key].add(name)
             self.touch_key(s.binding.vm.key)
+            held = _held(d)
+            self.held[held] = self.held.get(held, 0) + 1
         if is_free(d):
             self.free[s.class_name][d.spec.node_name].add(name)
             self.capacity_gen += 1
@@ -139,6 +144,11 @@ class DeviceIndex:
         if s.binding is not None:
             discard_from(self.by_vm, s.binding.vm.key, name)
             self.touch_key(s.binding.vm.key)
+            held = _held(d)
+            if self.held.get(held, 0) <= 1:
+                self.held.pop(held, None)
+            else:
+                self.held[held] -= 1
         free = self.free.get(s.class_name)
         if free is not None:
             discard_from(free, d.spec.node_name, name)
@@ -241,6 +251,12 @@ class DeviceIndex:
 
     def free_on(self, class_name: str, node: str) -> set[str]:
         return self.free.get(class_name, {}).get(node, set())
+
+
+def _held(d: GPUDevice) -> tuple[str, str, str]:
+    b = d.status.binding
+    assert b is not None
+    return (b.vm.namespace, d.status.class_name, "attached" if d.status.attachment else "bound")
 
 
 def slot_resource(d: GPUDevice) -> str:

@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from gpu_binder.api.types import Phase
 from gpu_binder.binder.world import World
+
+
+class TenantGPUs(Collector):
+    """GPUs each tenant holds, read from the world's index when scraped: a tenant that
+    holds nothing any more has no series left behind, and a pass sets nothing."""
+
+    def __init__(self) -> None:
+        self.held: Mapping[tuple[str, str, str], int] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "gpu_binder_tenant_gpus",
+            "GPUs held per namespace and class: bound (reserved) or attached (in use by a VMI)",
+            labels=["namespace", "class_name", "state"],
+        )
+        for (namespace, class_name, state), n in sorted(self.held.items()):
+            family.add_metric([namespace, class_name or "-", state], n)
+        yield family
 
 
 class Metrics:
@@ -40,6 +62,8 @@ class Metrics:
         self.unplaceable = Gauge(
             "gpu_binder_unplaceable_orders", "Orders that no node can take now", registry=r
         )
+        self.tenants = TenantGPUs()
+        r.register(self.tenants)
 
     def export(
         self, world: World, largest: dict[str, int], unmanaged: int, unplaceable: int
@@ -51,3 +75,4 @@ class Metrics:
             self.largest_free.labels(class_name).set(n)
         self.unmanaged.set(unmanaged)
         self.unplaceable.set(unplaceable)
+        self.tenants.held = world.devices.held
