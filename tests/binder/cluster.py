@@ -19,20 +19,15 @@ from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     NODE_ANNOTATION,
     ClassCount,
-    DeviceMatch,
     GPUBindRequest,
     GPUBindRequestSpec,
     GPUClass,
-    GPUClassSpec,
     GPUClassStatus,
     GPUDevice,
-    GPUDeviceSpec,
     GPUUsageRecord,
     Health,
     NameRef,
     Phase,
-    PlacementSpec,
-    ReservationSpec,
     VMRef,
     device_name,
 )
@@ -42,6 +37,7 @@ from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
 from gpu_binder.binder.world import WATCHED, World
 from gpu_binder.client.interface import WatchEvent
+from gpu_binder.sim import builders
 from gpu_binder.sim.memory import MemoryClient
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -69,7 +65,7 @@ class Clock:
 
 
 def pci(slot: int) -> str:
-    return f"0000:{0x10 + slot:02x}:00.0"
+    return builders.pci_address(slot)
 
 
 def gpu_name(node: str, slot: int) -> str:
@@ -124,20 +120,19 @@ class Cluster:
         pinning: str = "Device",
         node_selector: dict[str, str] | None = None,
     ) -> GPUClass:
-        spec = GPUClassSpec.model_validate(
-            {
-                "resourceName": resource,
-                "match": DeviceMatch(
-                    vendor_id="0x10de", device_ids=(device_id,), node_selector=node_selector or {}
-                ),
-                "placement": PlacementSpec.model_validate({"policy": policy, "topology": topology}),
-                "reservation": ReservationSpec(release_after_stopped=release_after),
-                "cleaning": cleaning,
-                "pinning": pinning,
-            }
-        )
         self.device_ids[name] = device_id
-        return self.client.put(GPUClass(metadata=ObjectMeta(name=name), spec=spec))
+        return self.client.put(
+            builders.gpu_class(
+                name,
+                resource,
+                device_id,
+                node_selector=node_selector,
+                placement={"policy": policy, "topology": topology},
+                reservation={"releaseAfterStopped": release_after},
+                cleaning=cleaning,
+                pinning=pinning,
+            )
+        )
 
     def node(
         self,
@@ -161,18 +156,8 @@ class Cluster:
         links = list(nvlink) if nvlink is not None else [None] * gpus
         names = []
         for i, slot in enumerate(slots):
-            d = GPUDevice(
-                metadata=ObjectMeta(name=gpu_name(name, slot)),
-                spec=GPUDeviceSpec.model_validate(
-                    {
-                        "nodeName": name,
-                        "pciAddress": pci(slot),
-                        "slot": slot,
-                        "deviceID": device_id,
-                        "numaNode": numas[i],
-                        "nvlinkDomain": links[i],
-                    }
-                ),
+            d = builders.gpu_device(
+                name, slot, device_id, numa_node=numas[i], nvlink_domain=links[i]
             )
             self.client.put(d)
             names.append(d.metadata.name)
@@ -200,26 +185,23 @@ class Cluster:
         labels: dict[str, str],
         ready_since: datetime | None = None,
     ) -> Node:
-        raw: dict[str, Any] = {
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"unschedulable": cordoned},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True" if ready else "False",
-                        "lastTransitionTime": (ready_since or self.clock.now).isoformat(),
-                    }
-                ],
-                "allocatable": {k: str(v) for k, v in allocatable.items()},
-            },
-        }
+        node = builders.node_object(
+            name,
+            ready_since or self.clock.now,
+            labels=labels,
+            ready=ready,
+            unschedulable=cordoned,
+            allocatable=allocatable,
+        )
         existing = self.client.peek(Node, name)
         if existing is not None:
+            # Conditions others set (the binder's GPUDegraded) stay as they are.
+            raw = node.to_dict()
             conditions = existing.raw.get("status", {}).get("conditions", [])
             others = [c for c in conditions if c.get("type") != "Ready"]
             raw["status"]["conditions"] = others + raw["status"]["conditions"]
-        return self.client.put(Node.from_dict(raw))
+            node = Node.from_dict(raw)
+        return self.client.put(node)
 
     def _node_state(self, name: str) -> Node:
         node = self.client.peek(Node, name)

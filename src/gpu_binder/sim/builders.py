@@ -43,16 +43,21 @@ def iso(t: datetime) -> str:
 
 
 def gpu_class(
-    name: str, resource: str, device_id: str, *, vendor_id: str = NVIDIA, **spec: Any
+    name: str,
+    resource: str,
+    device_id: str,
+    *,
+    vendor_id: str = NVIDIA,
+    node_selector: Mapping[str, str] | None = None,
+    **spec: Any,
 ) -> GPUClass:
-    """A class of the GPUs of one vendor:device, ordered as resource; spec takes further
-    GPUClassSpec fields, as models or in wire form: placement={"policy": "Spread"},
-    pinning="Node", cleaning="None"."""
-    body = {
-        "resourceName": resource,
-        "match": {"vendorID": vendor_id, "deviceIDs": [device_id]},
-        **spec,
-    }
+    """A class of the GPUs of one vendor:device (on the nodes node_selector picks), ordered
+    as resource; spec takes further GPUClassSpec fields, as models or in wire form:
+    placement={"policy": "Spread"}, pinning="Node", cleaning="None"."""
+    match: dict[str, Any] = {"vendorID": vendor_id, "deviceIDs": [device_id]}
+    if node_selector:
+        match["nodeSelector"] = dict(node_selector)
+    body = {"resourceName": resource, "match": match, **spec}
     return GPUClass(metadata=ObjectMeta(name=name), spec=GPUClassSpec.model_validate(body))
 
 
