@@ -78,7 +78,7 @@ async def test_a_vmi_in_an_excluded_namespace_passes_untouched(cluster: Cluster)
     admitter = cluster.admitter(excluded_namespaces=(NS,))
     response = await admitter.admit(review(vmi_of(vm)))
     assert response["response"] == {"uid": "review-1", "allowed": True}
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_an_update_passes_untouched(cluster: Cluster) -> None:
@@ -105,7 +105,7 @@ async def test_a_complete_set_is_patched_with_slot_resources_affinity_and_annota
     assert out["metadata"]["annotations"]["gpu.cozystack.io/devices"] == ",".join(
         sorted([a.name, b.name])
     )
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_affinity_is_anded_into_each_of_the_users_terms(cluster: Cluster) -> None:
@@ -208,7 +208,7 @@ async def test_the_request_is_deleted_after_the_answer(cluster: Cluster) -> None
     cluster.gpu("node-a", 0)
     response = await admit_with_binder(cluster, review(vmi_of(vm)))
     assert response["response"]["allowed"]
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_a_failed_answer_denies_with_the_binders_message(cluster: Cluster) -> None:
@@ -221,7 +221,7 @@ async def test_a_failed_answer_denies_with_the_binders_message(cluster: Cluster)
     assert response["response"]["status"]["message"] == (
         "4 × h100 requested; the largest free set is 2 on node-c"
     )
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_no_answer_within_the_bind_timeout_denies(cluster: Cluster) -> None:
@@ -232,7 +232,7 @@ async def test_no_answer_within_the_bind_timeout_denies(cluster: Cluster) -> Non
     assert response["response"]["status"]["message"] == (
         "no answer from gpu-binder within 0.05s; KubeVirt will retry"
     )
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_a_dropped_watch_is_resumed_until_the_answer(cluster: Cluster) -> None:
@@ -274,7 +274,7 @@ async def test_a_disabled_binder_denies_at_once_instead_of_waiting(cluster: Clus
     response = await cluster.admitter(enabled=False).admit(review(vmi_of(vm)))
     assert response["response"]["allowed"] is False
     assert "gpu-binder is disabled" in response["response"]["status"]["message"]
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_an_answer_given_at_creation_is_taken_without_waiting(cluster: Cluster) -> None:
@@ -334,7 +334,7 @@ async def test_a_vmi_naming_another_sets_slot_resource_is_denied(cluster: Cluste
     )
     assert response["response"]["allowed"] is False
     assert "no tenant can reach another's GPU" in response["response"]["status"]["message"]
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
 
 
 async def test_a_vmi_asking_for_a_slot_resource_in_its_limits_is_denied(
@@ -369,7 +369,7 @@ async def test_a_dry_run_creates_no_request_and_warns(cluster: Cluster) -> None:
     assert response["response"]["allowed"] is True
     assert "patch" not in response["response"]
     assert response["response"]["warnings"][0].startswith("dry run:")
-    assert requests_in(cluster) == []
+    assert await cluster.requests_left() == []
     assert cluster.client.writes == 0
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachine
-from gpu_binder.api.types import GPUClass, GPUDevice
+from gpu_binder.api.types import GPUBindRequest, GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import Reconciler
 from gpu_binder.binder.world import World
@@ -36,6 +36,7 @@ class Cluster:
         self.client = MemoryClient(clock=lambda: T0)
         self.world = World()
         self.client.subscribe(lambda kind, ev: self.world.apply(ev))
+        self.admitters: list[Admitter] = []
         for name, (resource, device_id, pinning) in CLASSES.items():
             self.add_class(name, resource, device_id, pinning=pinning)
         for node in ("node-a", "node-b", "node-c"):
@@ -85,7 +86,15 @@ class Cluster:
         return found.spec.resource_name
 
     def admitter(self, **config: Any) -> Admitter:
-        return Admitter(self.world, self.client, Config(**config), clock=lambda: T0)
+        admitter = Admitter(self.world, self.client, Config(**config), clock=lambda: T0)
+        self.admitters.append(admitter)
+        return admitter
+
+    async def requests_left(self) -> list[GPUBindRequest]:
+        """The bind requests left once every admitter finished deleting what it answered."""
+        for admitter in self.admitters:
+            await admitter.drain()
+        return self.client.objects(GPUBindRequest)
 
     def reconciler(self) -> Reconciler:
         return Reconciler(self.client, self.world, clock=lambda: T0 + timedelta(seconds=1))

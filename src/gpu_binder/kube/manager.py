@@ -175,6 +175,8 @@ class Manager:
         self.queue.shutdown()
         if self.webhook is not None:
             await self.webhook.stop()
+        # Answered bind requests are deleted after the reply; finish that before the client goes.
+        await self.admitter.drain()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.recorder.stop()

@@ -91,6 +91,8 @@ class Admitter:
         self.clock = clock or (lambda: datetime.now(UTC))
         # Request name suffixes; seeded in the embedded cluster so runs repeat.
         self.rng = rng or random.Random()
+        # Answered bind requests still being deleted: a reply does not wait for that.
+        self._forgetting: set[asyncio.Task[None]] = set()
 
     # --- the whole admission, with waiting -----------------------------------------
 
@@ -275,7 +277,7 @@ class Admitter:
             outcome = "timeout"
         finally:
             if created is not None:
-                await bindrequest.forget(self.client, created)
+                self._forget_later(created)
         log.info(
             "VMI %s/%s: bind request %s answered %s after %s",
             request.namespace,
@@ -294,6 +296,19 @@ class Admitter:
             return self._deny(request, timeout_message(self.config))
         devices = await bindrequest.answered_devices(self.world, self.client, outcome)
         return self._answer(request, outcome, devices)
+
+    def _forget_later(self, created: GPUBindRequest) -> None:
+        """Delete the answered request after replying: the answer is read already, and a
+        timeout's denial must reach the API server before its own webhook deadline, not one
+        round trip later."""
+        task = asyncio.get_running_loop().create_task(bindrequest.forget(self.client, created))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+
+    async def drain(self) -> None:
+        """Wait for the deletions of answered requests still under way (at shutdown)."""
+        while self._forgetting:
+            await asyncio.gather(*self._forgetting, return_exceptions=True)
 
     # --- answering -------------------------------------------------------------------
 
