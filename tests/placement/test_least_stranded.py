@@ -65,3 +65,15 @@ def test_a_class_restricted_orders_need_is_left_to_them() -> None:
     )
     scores = {f.node: least_stranded(f, outlook) for f in fits}
     assert scores["a1"] > scores["b1"]
+
+
+def test_it_leaves_cpu_for_the_orders_after_the_next() -> None:
+    # Light (2-core) and heavy (10-core) orders alike: 6 cores per GPU on average.
+    mix = mix_of(Demand(1, 2_000, 0, A), Demand(1, 10_000, 0, A))
+    # A heavy order leaves node-a 2 GPUs and 12 cores: the next order of either kind
+    # fits, but after another heavy one its last GPU has 2 cores, which only light orders
+    # can use. Node-b keeps 22 cores for its 2. Counting only the next order, both looked
+    # alike and node-a won by name.
+    free = {"node-a": 3, "node-b": 3}
+    cpu_free = {"node-a": 22_000, "node-b": 32_000}
+    assert best(free, 1, mix, cpu_free=cpu_free, cpu=10_000) == "node-b"

@@ -1,4 +1,4 @@
-"""The order mix: fragmentation of a free state and claims on classes, kept as orders
+"""The order mix: fragmentation of a free state and pressure on classes, kept as orders
 come and go."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_binder.placement.mix import Demand, Mix, pressures
+from gpu_binder.placement.mix import Demand, Mix
 
 A, B = frozenset({"a"}), frozenset({"b"})
 AB = A | B
@@ -31,9 +31,19 @@ def test_a_free_state_strands_the_gpus_no_order_of_the_mix_fits() -> None:
 
 def test_cpu_and_memory_count_in_what_fits() -> None:
     m = mix_of(Demand(1, 8_000, 100, A))
-    assert m.fragmentation("a", 2, 8_000, 100, whole=0) == 0.0
-    assert m.fragmentation("a", 2, 7_999, 100, whole=0) == 2.0
-    assert m.fragmentation("a", 2, 8_000, 99, whole=0) == 2.0
+    assert m.fragmentation("a", 1, 8_000, 100, whole=0) == 0.0
+    assert m.fragmentation("a", 1, 7_999, 100, whole=0) == 1.0
+    assert m.fragmentation("a", 1, 8_000, 99, whole=0) == 1.0
+
+
+def test_gpus_the_order_leaves_without_cpu_or_memory_are_stranded() -> None:
+    # The mix averages 8 cores and 100 bytes per GPU.
+    m = mix_of(Demand(1, 8_000, 100, A))
+    assert m.fragmentation("a", 3, 24_000, 300, whole=0) == 0.0
+    # The order fits, but leaves 4 cores for the other two GPUs: enough for half of one.
+    assert m.fragmentation("a", 3, 12_000, 300, whole=0) == pytest.approx(1.5)
+    # Memory likewise: 50 bytes left feed half a GPU.
+    assert m.fragmentation("a", 2, 16_000, 150, whole=0) == pytest.approx(0.5)
 
 
 def test_a_whole_node_keeps_a_floor_of_worth_before_any_order_needs_one() -> None:
@@ -44,17 +54,30 @@ def test_a_whole_node_keeps_a_floor_of_worth_before_any_order_needs_one() -> Non
     assert partial == pytest.approx(7 * 0.1)  # the floor's 8-GPU orders cannot use it
 
 
-def test_restricted_orders_claim_their_classes_by_capacity() -> None:
+def test_restricted_orders_press_the_classes_they_accept() -> None:
     m = mix_of(Demand(2, 0, 0, AB), Demand(1, 0, 0, A), Demand(1, 0, 0, frozenset({"a", "b", "c"})))
-    claims = m.claims({"a": 1, "b": 3, "c": 4})
-    # {a,b} claims 2 GPUs split 1:3; {a} claims 1; {a,b,c} accepts every class: nothing.
-    assert claims == pytest.approx({"a": (0.5 + 1) / 4, "b": 1.5 / 4, "c": 0.0})
+    pressure = m.pressures({"a": 1, "b": 3, "c": 4}, {"a": 1, "b": 3, "c": 4})
+    # Of 8 free GPUs, {a} orders ask 2 (all of a's 1: pressure 2), then {a,b} orders ask 4
+    # from b, the least claimed; {a,b,c} accepts every class and asks nothing.
+    assert pressure == pytest.approx({"a": 2.0, "b": 4 / 3, "c": 0.0})
 
 
 def test_pressure_grows_as_a_claimed_class_fills_up() -> None:
-    claims = {"a": 0.25, "b": 0.0}
-    assert pressures(claims, {"a": 2, "b": 2}, 4) == {"a": 0.5, "b": 0.0}
-    assert pressures(claims, {"a": 1, "b": 2}, 3) == {"a": 0.75, "b": 0.0}
+    # A quarter of the ordered GPUs can only use a; the rest may go anywhere.
+    m = mix_of(Demand(1, 0, 0, A), Demand(3, 0, 0, AB))
+    capacity = {"a": 2, "b": 2}
+    assert m.pressures(capacity, {"a": 2, "b": 2}) == {"a": 0.5, "b": 0.0}
+    assert m.pressures(capacity, {"a": 1, "b": 2}) == {"a": 0.75, "b": 0.0}
+
+
+def test_a_class_every_restricted_order_of_another_accepts_is_never_cheaper() -> None:
+    # {a} orders need a alone; {a,b} orders take either. However b fills up, a stays at
+    # least as pressed (splitting the {a,b} claims by capacity made b the dearer one).
+    m = mix_of(Demand(1, 0, 0, A), Demand(4, 0, 0, AB), Demand(5, 0, 0, frozenset({"a", "b", "c"})))
+    capacity = {"a": 8, "b": 8, "c": 4}
+    for free_b in (8, 4, 2, 1):
+        pressure = m.pressures(capacity, {"a": 8, "b": free_b, "c": 4})
+        assert pressure["a"] >= pressure["b"] > 0.0
 
 
 def test_orders_that_go_leave_the_mix() -> None:
@@ -63,7 +86,7 @@ def test_orders_that_go_leave_the_mix() -> None:
     m.remove(d)
     assert (len(m), m.gpus, m.counts) == (1, 1, {d: 1})
     m.remove(d)
-    assert (len(m), m.counts, m.by_classes) == (0, {}, {})
+    assert (len(m), m.counts, m.by_classes, m.cpu_milli) == (0, {}, {}, 0)
     with pytest.raises(ValueError):
         m.remove(d)
 
@@ -100,3 +123,26 @@ def test_cached_answers_equal_a_fresh_count_whatever_came_and_went(
         c, g, cpu, mem = rng.choice(states)
         expected = sum(1 for p in present if p.fits(c, g, cpu, mem))
         assert m.fitting(c, g, cpu, mem) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(demands, st.booleans()), max_size=60), st.randoms())
+def test_cached_fragmentation_equals_a_fresh_sum_on_the_same_basis(
+    changes: list[tuple[Demand, bool]], rng: random.Random
+) -> None:
+    m = Mix(whole_node_floor=0.0)
+    present: list[Demand] = []
+    for d, add in changes:
+        if add or not present:
+            m.add(d)
+            present.append(d)
+        else:
+            m.remove(present.pop(rng.randrange(len(present))))
+        c, g, cpu, mem = rng.choice([("a", 4, 8_000, 8), ("b", 8, 2_000, 4), ("a", 2, 0, 0)])
+        got = m.fragmentation(c, g, cpu, mem, whole=0)
+        if not present:
+            assert got == g  # no order known: nothing could use the GPUs
+            continue
+        basis = m.basis
+        fresh = sum(p.strands(c, g, cpu, mem, basis) for p in present) / len(present)
+        assert got == pytest.approx(max(0.0, fresh))

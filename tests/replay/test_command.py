@@ -124,3 +124,21 @@ def test_a_load_that_is_not_positive_is_a_usage_error(
 ) -> None:
     assert main_replay([*trace, "--mode", "timeline", "--load", "0"]) == 2
     assert "--load must be positive" in capsys.readouterr().err
+
+
+def test_seed_base_runs_the_seeds_from_there(
+    trace: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unallocated(*argv: str) -> float:
+        result = run_json([*trace, "--policies", "random", *argv], capsys)
+        figure = result["policies"]["random"]["unallocated_gpu_pct"]  # type: ignore[index]
+        assert isinstance(figure, float)
+        return figure
+
+    both = unallocated("--seeds", "2")
+    first, second = unallocated("--seeds", "1"), unallocated("--seeds", "1", "--seed-base", "43")
+    assert both == pytest.approx((first + second) / 2, abs=0.001)
+    shifted = run_json(
+        [*trace, "--seeds", "1", "--seed-base", "43", "--policies", "random"], capsys
+    )
+    assert shifted["first_seed"] == 43

@@ -35,7 +35,6 @@ from gpu_binder.placement import (
     fit,
     main_class,
     options,
-    pressures,
     rank_key,
 )
 from gpu_binder.placement.topology import domain_of
@@ -83,7 +82,7 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
         capacity = {c: sum(n.values()) for c, n in devices.counts.items() if c}
         free = {c: devices.free_count.get(c, 0) for c in capacity}
         world.mix.set_shapes(devices.shapes())
-        pressure = pressures(world.mix.claims(capacity), free, sum(free.values()))
+        pressure = world.mix.pressures(capacity, free)
     return Outlook(world.mix, pressure, {c: devices.whole(c) for c in classes})
 
 

@@ -18,7 +18,7 @@ from gpu_binder.placement.choose import (
     rank,
     rank_key,
 )
-from gpu_binder.placement.mix import UNLIMITED, Demand, Mix, pressures
+from gpu_binder.placement.mix import UNLIMITED, Demand, Mix
 from gpu_binder.placement.options import options, resolve
 from gpu_binder.placement.policy import (
     LEAST_STRANDED,
@@ -51,7 +51,6 @@ __all__ = [
     "options",
     "pack",
     "pick_devices",
-    "pressures",
     "rank",
     "rank_key",
     "resolve",

@@ -5,22 +5,27 @@ order (every VM), so it keeps their demands — GPUs, CPU, memory, acceptable cl
 counted by kind, updated as VMs come and go, and reads two figures from them:
 
 - **fragmentation** of a node's free state: the free GPUs that an order drawn from the
-  mix could not use there, in expectation (the fragmentation measure of Weng et al.,
-  "Beware of Fragmentation", ATC '23, for whole GPUs: an order that fits uses whole
-  GPUs, one that does not — wrong class, too many GPUs, too much CPU or memory — leaves
-  all of them). While the mix knows no order as big as a class's largest node, a small
-  floor share of such orders is assumed, so a whole node keeps its worth before the
-  first order that needs one arrives.
-- **claims** on a class: the share of all ordered GPUs that orders restricted to some
-  classes put on it, so placement can keep scarce classes for the orders that can use
-  nothing else. An order is restricted by what it accepts and by what it needs: one that
-  asks for 8 GPUs and 120 cores can only run on the classes with nodes that big
-  (`set_shapes` tells the mix the node shapes of each class).
+  mix would leave unusable there, in expectation (the fragmentation measure of Weng et
+  al., "Beware of Fragmentation", ATC '23, for whole GPUs: an order that does not fit —
+  wrong class, too many GPUs, too much CPU or memory — leaves all of them). An order that
+  fits uses its GPUs, and the node's other free GPUs stay usable only as far as the CPU
+  and memory it leaves can feed them at the mix's average CPU and memory per GPU: a node
+  whose last GPU has no cores left is as stranded as one whose GPUs are too few. While
+  the mix knows no order as big as a class's largest node, a small floor share of such
+  orders is assumed, so a whole node keeps its worth before the first order that needs
+  one arrives.
+- **pressure** on a class: the share of its free GPUs that orders restricted to some
+  classes will claim as the cluster fills, so placement can keep scarce classes for the
+  orders that can use nothing else. An order is restricted by what it accepts and by
+  what it needs: one that asks for 8 GPUs and 120 cores can only run on the classes with
+  nodes that big (`set_shapes` tells the mix the node shapes of each class).
 
 Fragmentation is asked for the same free states again and again, and the mix changes by
 one order at a time, so answers are cached with the position in a log of changes they
 saw: a cached answer catches up by the few changes since, or is recomputed when the lag
-is longer than the number of kinds.
+is longer than the number of kinds. The average CPU and memory per GPU that fragmentation
+reads are those of the mix when the cached answers were started, renewed (and the
+answers with them) once the mix's averages have moved by more than a small tolerance.
 """
 
 from __future__ import annotations
@@ -35,8 +40,13 @@ UNLIMITED = 1 << 62
 WHOLE_NODE_FLOOR = 0.02
 # Past this many changes the log is dropped with every cached answer.
 _LOG_LIMIT = 8192
+# How far (relatively) the mix's average CPU or memory per GPU may move before the
+# fragmentation answers cached on the old averages are dropped.
+_BASIS_TOLERANCE = 1 / 32
 
 FitKey = tuple[str, int, int, int]
+# The CPU (millicores) and memory (bytes) per GPU that fragmentation feeds GPUs with.
+Basis = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,25 @@ class Demand:
             and class_name in self.classes
         )
 
+    def strands(
+        self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int, basis: Basis
+    ) -> float:
+        """Free GPUs of a node in this state that an order of this kind leaves unusable.
+
+        All of them when it does not fit; otherwise those of the rest that the CPU and
+        memory it leaves cannot feed at `basis` per GPU.
+        """
+        if not self.fits(class_name, gpus, cpu_milli, memory_bytes):
+            return float(gpus)
+        rest = gpus - self.gpus
+        fed = float(rest)
+        cpu_per_gpu, memory_per_gpu = basis
+        if cpu_per_gpu > 0:
+            fed = min(fed, (cpu_milli - self.cpu_milli) / cpu_per_gpu)
+        if memory_per_gpu > 0:
+            fed = min(fed, (memory_bytes - self.memory_bytes) / memory_per_gpu)
+        return rest - fed
+
 
 class Mix:
     """Orders counted by kind, with cached fragmentation answers (see module doc)."""
@@ -65,6 +94,8 @@ class Mix:
         self.counts: dict[Demand, int] = {}
         self.orders = 0
         self.gpus = 0
+        self.cpu_milli = 0
+        self.memory_bytes = 0
         # GPUs ordered per set of acceptable classes, and per set of classes with a node
         # shape that holds the order alone (see effective).
         self.by_classes: dict[frozenset[str], int] = {}
@@ -74,6 +105,10 @@ class Mix:
         self._log: list[tuple[Demand, int]] = []
         # (class, free GPUs, CPU, memory) -> [orders that fit, log position seen].
         self._fitting: dict[FitKey, list[int]] = {}
+        # The same -> (GPUs the known orders would strand there, summed; log position),
+        # all on one basis.
+        self._stranded: dict[FitKey, tuple[float, int]] = {}
+        self._basis: Basis = (0.0, 0.0)
 
     def __len__(self) -> int:
         return self.orders
@@ -91,11 +126,14 @@ class Mix:
             del self.counts[demand]
         self.orders += n
         self.gpus += n * demand.gpus
+        self.cpu_milli += n * demand.cpu_milli
+        self.memory_bytes += n * demand.memory_bytes
         _tally(self.by_classes, demand.classes, n * demand.gpus)
         _tally(self.by_effective, self.effective(demand), n * demand.gpus)
         if len(self._log) >= _LOG_LIMIT:
             self._log.clear()
             self._fitting.clear()
+            self._stranded.clear()
         else:
             self._log.append((demand, n))
 
@@ -150,22 +188,56 @@ class Mix:
         self._fitting[key] = [count, end]
         return count
 
+    @property
+    def basis(self) -> Basis:
+        """The CPU and memory per GPU fragmentation feeds a node's GPUs with: the mix's
+        averages, renewed when they have moved past the tolerance."""
+        if not self.gpus:
+            return self._basis
+        now = (self.cpu_milli / self.gpus, self.memory_bytes / self.gpus)
+        if any(abs(a - b) > _BASIS_TOLERANCE * a for a, b in zip(now, self._basis, strict=True)):
+            self._basis = now
+            self._stranded.clear()
+        return self._basis
+
+    def stranded(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> float:
+        """GPUs the known orders would strand on a node of this class with this much free,
+        summed over the orders (see Demand.strands)."""
+        basis = self.basis
+        key = (class_name, gpus, cpu_milli, memory_bytes)
+        cached = self._stranded.get(key)
+        end = len(self._log)
+        if cached is not None and cached[1] == end:
+            return cached[0]
+        if cached is not None and end - cached[1] <= len(self.counts):
+            total = cached[0]
+            for demand, n in self._log[cached[1] :]:
+                total += n * demand.strands(class_name, gpus, cpu_milli, memory_bytes, basis)
+        else:
+            total = sum(
+                n * demand.strands(class_name, gpus, cpu_milli, memory_bytes, basis)
+                for demand, n in self.counts.items()
+            )
+        self._stranded[key] = (total, end)
+        return total
+
     def fragmentation(
         self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int, whole: int
     ) -> float:
-        """Free GPUs of this state that an order drawn from the mix could not use.
+        """Free GPUs of this state that an order drawn from the mix would leave unusable.
 
         `whole` is the class's largest node size: the floor share of orders of that size
-        fits only a state with that many GPUs free.
+        fits only a state with that many GPUs free, and uses all of them.
         """
         if gpus <= 0:
             return 0.0
         floor = self.floor if whole > 0 and not self.knows_whole(class_name, whole) else 0.0
-        share = floor if whole <= gpus else 0.0
+        stranded = 0.0 if whole <= gpus else floor * gpus
         if self.orders:
-            fitting = self.fitting(class_name, gpus, cpu_milli, memory_bytes)
-            share += (1.0 - floor) * fitting / self.orders
-        return gpus * max(0.0, 1.0 - share)
+            mean = self.stranded(class_name, gpus, cpu_milli, memory_bytes) / self.orders
+        else:
+            mean = float(gpus)
+        return stranded + (1.0 - floor) * max(0.0, mean)
 
     def knows_whole(self, class_name: str, whole: int) -> bool:
         """Does the mix hold an order of the class as big as its largest node?"""
@@ -174,24 +246,48 @@ class Mix:
         at_least = self.fitting(class_name, whole, UNLIMITED, UNLIMITED)
         return at_least > self.fitting(class_name, whole - 1, UNLIMITED, UNLIMITED)
 
-    def claims(self, capacity: Mapping[str, int]) -> dict[str, float]:
-        """Per class, the share of all ordered GPUs that restricted orders put on it.
+    def pressures(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> dict[str, float]:
+        """Per class, the share of its free GPUs that restricted orders will claim as the
+        cluster fills (above 1 the class is oversubscribed).
 
-        An order accepting several classes claims each in proportion to its capacity; one
-        accepting every class there is claims nothing, as it can go anywhere.
+        If every free GPU went to an order of the mix, the orders restricted to a set of
+        classes would ask for their share of them, from whichever of their classes has
+        room. They are poured in narrowest set first (the fewest alternatives), each into
+        its least claimed classes until those are claimed alike: the balanced split of
+        the flow bound. So a class accepted by every restricted order that accepts
+        another is never cheaper than that one, however the two fill. An order accepting
+        every class there is claims nothing, as it can go anywhere.
         """
-        claims = dict.fromkeys(capacity, 0.0)
         present = frozenset(c for c, n in capacity.items() if n > 0)
-        if not self.gpus or not present:
-            return claims
-        for classes, gpus in self.by_effective.items():
-            accepted = [c for c in classes if c in present]
-            if not accepted or present <= classes:
-                continue
-            room = sum(capacity[c] for c in accepted)
-            for c in accepted:
-                claims[c] += gpus * capacity[c] / room / self.gpus
-        return claims
+        free_total = sum(free.get(c, 0) for c in present)
+        claimed = dict.fromkeys(present, 0.0)
+        if self.gpus and free_total:
+            sets: list[tuple[int, list[str], int]] = []
+            for classes, gpus in self.by_effective.items():
+                room = sorted(c for c in classes & present if free.get(c, 0) > 0)
+                if room and not present <= classes:
+                    sets.append((len(room), room, gpus))
+            for _, room, gpus in sorted(sets):
+                _pour(claimed, free, room, free_total * gpus / self.gpus)
+        return {c: claimed[c] / n if c in claimed and n > 0 else 0.0 for c, n in free.items()}
+
+
+def _pour(
+    claimed: dict[str, float], free: Mapping[str, int], classes: list[str], amount: float
+) -> None:
+    """Add `amount` GPUs of claims to the least claimed of `classes`, raising them together
+    to one share of their free GPUs."""
+    by_share = sorted(classes, key=lambda c: (claimed[c] / free[c], c))
+    have = room = 0.0
+    for i, c in enumerate(by_share):
+        have += claimed[c]
+        room += free[c]
+        level = (have + amount) / room
+        following = by_share[i + 1] if i + 1 < len(by_share) else None
+        if following is None or level <= claimed[following] / free[following]:
+            for raised in by_share[: i + 1]:
+                claimed[raised] = level * free[raised]
+            return
 
 
 def _tally(index: dict[frozenset[str], int], key: frozenset[str], gpus: int) -> None:
@@ -200,12 +296,3 @@ def _tally(index: dict[frozenset[str], int], key: frozenset[str], gpus: int) -> 
         index[key] = total
     else:
         index.pop(key, None)
-
-
-def pressures(
-    claims: Mapping[str, float], free: Mapping[str, int], free_total: int
-) -> dict[str, float]:
-    """Per class, the share of its free GPUs that restricted orders will claim as the
-    cluster fills: if every free GPU went to an order of the mix, restricted orders would
-    claim claims[c] × free_total of class c; above 1 the class is oversubscribed."""
-    return {c: claims.get(c, 0.0) * free_total / n if n > 0 else 0.0 for c, n in free.items()}

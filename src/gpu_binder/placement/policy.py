@@ -48,7 +48,8 @@ def spread(fit: Fit, outlook: Outlook) -> float:
 
 
 def stranding(fit: Fit, outlook: Outlook) -> float:
-    """How many more free GPUs of the node no order of the mix could use after this one."""
+    """How many more free GPUs of the node an order of the mix would leave unusable after
+    this one (see Mix.fragmentation)."""
     mix = outlook.mix
     whole = outlook.whole.get(fit.class_name, 0)
     before = mix.fragmentation(fit.class_name, fit.free, fit.cpu_free, fit.memory_free, whole)

@@ -12,7 +12,7 @@ from typing import cast
 
 from gpu_binder.replay.order import orders_from_pods
 from gpu_binder.replay.registry import policies
-from gpu_binder.replay.report import JSON, Mode, replay
+from gpu_binder.replay.report import FIRST_SEED, JSON, Mode, replay
 from gpu_binder.replay.trace import TraceError, load_nodes, load_pods
 
 
@@ -30,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated, from {', '.join(known)} (default: all)",
     )
     parser.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, … (default 10)")
+    parser.add_argument(
+        "--seed-base",
+        type=int,
+        default=FIRST_SEED,
+        metavar="SEED",
+        help=f"the first seed (default {FIRST_SEED}), to check a result on other draws",
+    )
     parser.add_argument("--mode", choices=("arrival", "timeline"), default="arrival")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -115,6 +122,7 @@ def main_replay(argv: Sequence[str]) -> int:
         load=args.load,
         stopped_s=args.stopped,
         draws=args.arrivals,
+        first_seed=args.seed_base,
     )
     if args.plot is not None and args.mode == "arrival":
         from gpu_binder.replay.plot import plot_curves
@@ -132,7 +140,9 @@ def render(result: JSON, seconds: float) -> str:
     bound = result["bound_unallocated_gpu_pct"]
     fit_bound = result.get("bound_fit_unallocated_gpu_pct")
     lines = [
-        f"trace {result['trace']}, {result['mode']} mode, {result['seeds']} seeds, "
+        f"trace {result['trace']}, {result['mode']} mode, {result['seeds']} seeds"
+        + (f" from {result['first_seed']}" if "first_seed" in result else "")
+        + ", "
         f"{result['capacity_gpus']} GPUs; "
         + (f"bound {bound:.3f}% unallocated" if isinstance(bound, float) else "no bound")
         + (

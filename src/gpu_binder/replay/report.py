@@ -33,13 +33,14 @@ def replay(
     load: float | None = None,
     stopped_s: int = 0,
     draws: int = 0,
+    first_seed: int = FIRST_SEED,
 ) -> JSON:
     """Every policy on the same seeds (same arrivals, same node order); means over seeds.
 
     `seconds` is a policy's total time over all seeds. In arrival mode the bound is the
     model-capacity bound of each seed's arrivals at 100%, averaged like the results.
     Timeline mode takes `load` (with `draws` orders drawn per seed, default 3 × the
-    trace's) and `stopped_s` (see timeline).
+    trace's) and `stopped_s` (see timeline). Seeds run from `first_seed` on.
     """
     if seeds < 1:
         raise ValueError("at least one seed is needed")
@@ -48,8 +49,10 @@ def replay(
     model_capacity: dict[str, int] = {}
     for node in nodes:
         model_capacity[node.model] = model_capacity.get(node.model, 0) + node.gpus
-    seed_list = range(FIRST_SEED, FIRST_SEED + seeds)
+    seed_list = range(first_seed, first_seed + seeds)
     result: JSON = {"trace": trace, "mode": mode, "seeds": seeds, "capacity_gpus": capacity}
+    if first_seed != FIRST_SEED:
+        result["first_seed"] = first_seed
     if mode == "arrival":
         runs: dict[str, list[ArrivalResult]] = {name: [] for name in policies}
         bounds: list[float] = []
