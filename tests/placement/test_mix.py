@@ -100,6 +100,15 @@ demands = st.builds(
 )
 
 
+def churn(m: Mix, present: list[Demand], d: Demand, add: bool, rng: random.Random) -> None:
+    """An order comes (d), or one of those present goes: the mix and `present` alike."""
+    if add or not present:
+        m.add(d)
+        present.append(d)
+    else:
+        m.remove(present.pop(rng.randrange(len(present))))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(demands, st.booleans()), max_size=60), st.randoms())
 def test_cached_answers_equal_a_fresh_count_whatever_came_and_went(
@@ -115,11 +124,7 @@ def test_cached_answers_equal_a_fresh_count_whatever_came_and_went(
         for mem in (0, 4)
     ]
     for d, add in changes:
-        if add or not present:
-            m.add(d)
-            present.append(d)
-        else:
-            m.remove(present.pop(rng.randrange(len(present))))
+        churn(m, present, d, add, rng)
         c, g, cpu, mem = rng.choice(states)
         expected = sum(1 for p in present if p.fits(c, g, cpu, mem))
         assert m.fitting(c, g, cpu, mem) == expected
@@ -133,11 +138,7 @@ def test_cached_fragmentation_equals_a_fresh_sum_on_the_same_basis(
     m = Mix(whole_node_floor=0.0)
     present: list[Demand] = []
     for d, add in changes:
-        if add or not present:
-            m.add(d)
-            present.append(d)
-        else:
-            m.remove(present.pop(rng.randrange(len(present))))
+        churn(m, present, d, add, rng)
         c, g, cpu, mem = rng.choice([("a", 4, 8_000, 8), ("b", 8, 2_000, 4), ("a", 2, 0, 0)])
         got = m.fragmentation(c, g, cpu, mem, whole=0)
         if not present:

@@ -14,15 +14,12 @@ from typing import Any
 
 from gpu_binder.api.kubevirt import Node, VirtualMachineInstance
 from gpu_binder.client.interface import WatchEvent
+from gpu_binder.sim.builders import iso
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.retry import modify, wire
 
 # The finalizer the simulated KubeVirt puts on its VMIs: a deleted VMI first shuts down.
 VMI_FINALIZER = "kubevirt.io/virtualMachineControllerFinalize"
-
-
-def _iso(t: datetime) -> str:
-    return t.isoformat().replace("+00:00", "Z")
 
 
 def with_phase(
@@ -46,7 +43,7 @@ def with_phase(
             {"type": "Ready", "status": "False", "reason": reason, "message": message}
         ]
     stamps = [t for t in status.get("phaseTransitionTimestamps") or [] if t.get("phase") != phase]
-    stamps.append({"phase": phase, "phaseTransitionTimestamp": _iso(now)})
+    stamps.append({"phase": phase, "phaseTransitionTimestamp": iso(now)})
     status["phaseTransitionTimestamps"] = stamps
     return VirtualMachineInstance.from_dict(raw)
 
