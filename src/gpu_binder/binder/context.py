@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpu_binder.binder.config import Config
+from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.binder.plan import Note, Plan
 from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.verdicts import Verdicts
@@ -45,7 +46,7 @@ class Memory:
     # unchanged key is skipped, which keeps a pass over an unchanged world cheap.
     clean: dict[str, Verdicts] = field(default_factory=dict)
     # Clean orders whose verdict a clock will change (a reservation running out).
-    order_deadlines: dict[str, datetime] = field(default_factory=dict)
+    order_deadlines: Deadlines = field(default_factory=Deadlines)
 
     def verdicts(self, step: str) -> Verdicts:
         v = self.clean.get(step)

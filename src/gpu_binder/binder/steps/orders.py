@@ -20,7 +20,7 @@ def order_keys(ctx: Context) -> list[str]:
         # Keys found clean keep their verdict until an event or their deadline comes.
         deadlines = ctx.memory.order_deadlines
         wanted = set(scope.sweep(world.vms, clean)) | scope.changed_keys(world)
-        wanted.update(k for k, t in deadlines.items() if t <= ctx.now)
+        wanted.update(deadlines.due(ctx.now))
         wanted.update(ctx.memory.unplaceable)
         wanted.update(world.standalone)
         candidates = sorted(wanted)
@@ -39,6 +39,8 @@ def order_keys(ctx: Context) -> list[str]:
                 keys.append(k)
         elif any(v.vm_name is None for v in world.live_vmis(k)):
             keys.append(k)
+        else:
+            ctx.memory.order_deadlines.discard(k)  # gone: nothing left to run out
     clean.looked_at(keys)
     return keys
 
@@ -46,9 +48,9 @@ def order_keys(ctx: Context) -> list[str]:
 def _settled(ctx: Context, key: str, signature: object, deadline: datetime) -> None:
     ctx.memory.verdicts("orders")[key] = (signature, deadline)
     if deadline.year < datetime.max.year:
-        ctx.memory.order_deadlines[key] = deadline
+        ctx.memory.order_deadlines.set(key, deadline)
     else:
-        ctx.memory.order_deadlines.pop(key, None)
+        ctx.memory.order_deadlines.discard(key)
 
 
 def release_after(ctx: Context, order: dict[str, int]) -> timedelta | None:
@@ -90,7 +92,7 @@ def orders(ctx: Context) -> None:
             continue
         # Judged anew: it is clean again only if this judgement finds it so.
         clean.forget(key)
-        ctx.memory.order_deadlines.pop(key, None)
+        ctx.memory.order_deadlines.discard(key)
         order = world.order_of(key)
         if not order:
             continue
