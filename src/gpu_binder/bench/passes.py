@@ -1,4 +1,5 @@
-"""`gpu-binder bench pass`: the full pass, the requests pass and a cold pass, timed."""
+"""`gpu-binder bench pass`: the full pass, the requests pass, a cold pass and a leader's
+restart (relist and first pass), timed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import ClassCount, GPUBindRequest, GPUBindRequestSpec, NameRef, VMRef
 from gpu_binder.bench import fixture as fx
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
+from gpu_binder.binder.world import WATCHED, World
+from gpu_binder.client.interface import WatchEvent
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
@@ -93,6 +96,10 @@ async def run(devices: int, repeat: int = 20, seed: int = 1) -> dict[str, Any]:
         await r.reconcile(REQUESTS_KEY)
         answer.append(time.perf_counter() - t)
 
+    await _settle(r)
+    restart = await _restart(f, repeat=3)
+    gc.unfreeze()
+
     bound = sum(len(f.world.devices.set_of(v.key)) for v in vms)
     return {
         "devices": len(f.world.devices),
@@ -106,7 +113,34 @@ async def run(devices: int, repeat: int = 20, seed: int = 1) -> dict[str, Any]:
         "requests_pass": _ms(answer),
         "cold_pass": {"ms": round(cold_s * 1e3, 1), "writes": cold.writes},
         "writes_on_unchanged_pass": unchanged_writes,
+        "restart": restart,
         "repeat": repeat,
+    }
+
+
+async def _restart(f: fx.Fixture, repeat: int) -> dict[str, Any]:
+    """A new leader: its caches listed afresh into a new World, then its first pass, which
+    remembers nothing of the old leader's and so judges every key (medians of `repeat`)."""
+    relists: list[float] = []
+    firsts: list[float] = []
+    writes = 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        world = World()
+        for kind in WATCHED:
+            for obj in f.client.objects(kind):
+                world.apply(WatchEvent("ADDED", obj))
+        relists.append(time.perf_counter() - t)
+        leader = Reconciler(f.client, world, clock=f.clock)
+        before = f.client.writes
+        t = time.perf_counter()
+        await leader.reconcile(PASS_KEY, full=True)
+        firsts.append(time.perf_counter() - t)
+        writes = max(writes, f.client.writes - before)
+    return {
+        "relist_ms": round(statistics.median(relists) * 1e3, 1),
+        "first_pass_ms": round(statistics.median(firsts) * 1e3, 1),
+        "first_pass_writes": writes,
     }
 
 

@@ -1,0 +1,16 @@
+"""The pass benchmark measures a settled world: its figures are of passes that write nothing."""
+
+from __future__ import annotations
+
+from gpu_binder.bench.passes import run
+
+
+async def test_an_unchanged_world_gets_no_writes_from_a_pass() -> None:
+    figures = await run(devices=64, repeat=2)
+    assert figures["writes_on_unchanged_pass"] == 0
+
+
+async def test_a_new_leaders_first_pass_over_a_settled_world_writes_nothing() -> None:
+    figures = await run(devices=64, repeat=2)
+    assert figures["restart"]["first_pass_writes"] == 0
+    assert figures["bound_devices"] > 0
