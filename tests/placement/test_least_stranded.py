@@ -77,3 +77,13 @@ def test_it_leaves_cpu_for_the_orders_after_the_next() -> None:
     free = {"node-a": 3, "node-b": 3}
     cpu_free = {"node-a": 22_000, "node-b": 32_000}
     assert best(free, 1, mix, cpu_free=cpu_free, cpu=10_000) == "node-b"
+
+
+def test_breaking_a_whole_node_costs_its_gpus_times_its_whole_node_risk() -> None:
+    mix = mix_of(Demand(1, 0, 0, A))
+    outlook = Outlook(mix, {}, {"a": 8}, {"a": 0.25})
+    plain = Outlook(mix, {}, {"a": 8})
+    [whole] = rank({"a": 1}, [Candidate("n", {"a": 8})], least_stranded, outlook)
+    [partial] = rank({"a": 1}, [Candidate("m", {"a": 7})], least_stranded, outlook)
+    assert least_stranded(whole, outlook) == least_stranded(whole, plain) - 8 * 0.25
+    assert least_stranded(partial, outlook) == least_stranded(partial, plain)

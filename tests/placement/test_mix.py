@@ -3,13 +3,14 @@ come and go."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_binder.placement.mix import Demand, Mix
+from gpu_binder.placement.mix import Demand, Mix, poisson_at_least
 
 A, B = frozenset({"a"}), frozenset({"b"})
 AB = A | B
@@ -147,3 +148,52 @@ def test_cached_fragmentation_equals_a_fresh_sum_on_the_same_basis(
         basis = m.basis
         fresh = sum(p.strands(c, g, cpu, mem, basis) for p in present) / len(present)
         assert got == pytest.approx(max(0.0, fresh))
+
+
+# --- whole-node risk ----------------------------------------------------------------------
+
+# Two classes of 8-GPU nodes: a's hold 120-core orders, b's do not.
+SHAPES = {"a": frozenset({(8, 128_000, 0)}), "b": frozenset({(8, 96_000, 0)})}
+BIG_A = Demand(8, 120_000, 0, AB)  # only a's nodes are big enough
+BIG_AB = Demand(8, 88_000, 0, AB)
+SMALL = Demand(1, 1_000, 0, AB)
+
+
+def shaped(*demands: Demand) -> Mix:
+    m = mix_of(*demands)
+    m.set_shapes(SHAPES)
+    return m
+
+
+def test_orders_only_a_whole_largest_node_holds_are_counted_apart() -> None:
+    m = shaped(BIG_A, BIG_AB, SMALL)
+    assert m.by_whole == {A: 8, AB: 8}
+    m.remove(BIG_A)
+    assert m.by_whole == {AB: 8}
+
+
+def test_no_whole_node_is_at_risk_while_they_far_outnumber_the_orders_needing_them() -> None:
+    m = shaped(BIG_A, *[SMALL] * 99)
+    risks = m.whole_risks({"a": 80, "b": 80}, {"a": 80, "b": 80}, {"a": 8, "b": 8})
+    assert risks["a"] < 1e-4
+    assert risks["b"] == 0.0
+
+
+def test_a_class_with_few_whole_nodes_left_is_at_more_risk_at_the_same_claims() -> None:
+    # Balanced, the big orders claim a and b alike per GPU; but a has 2 whole nodes and b
+    # 20, and a small count of arrivals varies the most.
+    m = shaped(*[BIG_A] * 2, *[BIG_AB] * 20, *[SMALL] * 60)
+    whole = {"a": 16, "b": 160}
+    risks = m.whole_risks({"a": 16, "b": 160}, whole, {"a": 8, "b": 8})
+    assert risks["a"] > risks["b"] > 0.0
+
+
+def test_a_class_without_whole_nodes_has_no_risk_to_price() -> None:
+    m = shaped(BIG_A, BIG_AB)
+    assert m.whole_risks({"a": 4, "b": 16}, {"a": 0, "b": 16}, {"a": 8, "b": 8}).keys() == {"b"}
+
+
+@given(st.floats(0.0, 40.0), st.integers(0, 60))
+def test_poisson_at_least_is_one_minus_the_distribution_below(mean: float, n: int) -> None:
+    below = sum(math.exp(-mean) * mean**k / math.factorial(k) for k in range(n))
+    assert poisson_at_least(mean, n) == pytest.approx(max(0.0, 1.0 - below), abs=1e-9)

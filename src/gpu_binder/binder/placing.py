@@ -73,17 +73,42 @@ def candidates(
 
 
 def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
-    """What the policy knows beyond a node: the mix, class scarcity (only when there is a
-    class to choose), and the largest node size of each class the options use."""
+    """What the policy knows beyond a node: the mix, the largest node size of each class
+    the options use and, when there is a class to choose, class scarcity and whole-node
+    risk.
+
+    Whole-node risk is priced above the safest option class's: whether to break a whole
+    node at all is the stranding term's call (the mix's big orders fit a whole node, not a
+    broken one); this only steers which class's whole node an order with a choice breaks.
+    Priced outright it outweighed stranding as the cluster filled and left small orders
+    stranded on cramped nodes instead (docs/PLACEMENT.md).
+    """
     world, devices = ctx.world, ctx.world.devices
     classes = {c for o in opts for c in o}
-    pressure: dict[str, float] = {}
-    if len(opts) > 1:
-        capacity = {c: sum(n.values()) for c, n in devices.counts.items() if c}
-        free = {c: devices.free_count.get(c, 0) for c in capacity}
-        world.mix.set_shapes(devices.shapes())
-        pressure = world.mix.pressures(capacity, free)
-    return Outlook(world.mix, pressure, {c: devices.whole(c) for c in classes})
+    whole = {c: devices.whole(c) for c in classes}
+    if len(opts) < 2:
+        return Outlook(world.mix, {}, whole)
+    capacity = {c: sum(n.values()) for c, n in devices.counts.items() if c}
+    free = {c: devices.free_count.get(c, 0) for c in capacity}
+    world.mix.set_shapes(devices.shapes())
+    pressure = world.mix.pressures(capacity, free)
+    excess: dict[str, float] = {}
+    if world.mix.by_whole:
+        sizes = {c: devices.whole(c) for c in capacity}
+        risks = world.mix.whole_risks(free, _whole_free(ctx, sizes), sizes)
+        mine = {c: risks[c] for c in classes if c in risks}
+        safest = min(mine.values(), default=0.0)
+        excess = {c: r - safest for c, r in mine.items()}
+    return Outlook(world.mix, pressure, whole, excess)
+
+
+def _whole_free(ctx: Context, sizes: Mapping[str, int]) -> dict[str, int]:
+    """Per class, the GPUs on its nodes of the largest size with every GPU free."""
+    groups = ctx.world.devices.states.groups
+    return {
+        c: sum(size * len(nodes) for state, nodes in groups.get(c, {}).items() if state[0] >= size)
+        for c, size in sizes.items()
+    }
 
 
 def place(

@@ -19,6 +19,11 @@ counted by kind, updated as VMs come and go, and reads two figures from them:
   orders that can use nothing else. An order is restricted by what it accepts and by
   what it needs: one that asks for 8 GPUs and 120 cores can only run on the classes with
   nodes that big (`set_shapes` tells the mix the node shapes of each class).
+- **whole-node risk** of a class: the chance that breaking one of its entirely free
+  largest nodes turns away an order that needs such a node before the cluster is full.
+  Free GPUs may be plenty while the whole nodes a big order needs are few: small orders
+  break them one by one, and a model's last whole nodes go first where the orders that
+  can use nothing else are few, as a small count of arrivals varies the most.
 
 Fragmentation is asked for the same free states again and again, and the mix changes by
 one order at a time, so answers are cached with the position in a log of changes they
@@ -30,6 +35,7 @@ answers with them) once the mix's averages have moved by more than a small toler
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -100,6 +106,8 @@ class Mix:
         # shape that holds the order alone (see effective).
         self.by_classes: dict[frozenset[str], int] = {}
         self.by_effective: dict[frozenset[str], int] = {}
+        # The same for the orders only an entirely free largest node of a class holds.
+        self.by_whole: dict[frozenset[str], int] = {}
         self._shapes: Mapping[str, frozenset[tuple[int, int, int]]] | None = None
         self._effective: dict[Demand, frozenset[str]] = {}
         self._log: list[tuple[Demand, int]] = []
@@ -129,7 +137,7 @@ class Mix:
         self.cpu_milli += n * demand.cpu_milli
         self.memory_bytes += n * demand.memory_bytes
         _tally(self.by_classes, demand.classes, n * demand.gpus)
-        _tally(self.by_effective, self.effective(demand), n * demand.gpus)
+        self._tally_effective(demand, n)
         if len(self._log) >= _LOG_LIMIT:
             self._log.clear()
             self._fitting.clear()
@@ -144,8 +152,17 @@ class Mix:
         self._shapes = shapes
         self._effective.clear()
         self.by_effective = {}
+        self.by_whole = {}
         for demand, n in self.counts.items():
-            _tally(self.by_effective, self.effective(demand), n * demand.gpus)
+            self._tally_effective(demand, n)
+
+    def _tally_effective(self, demand: Demand, n: int) -> None:
+        effective = self.effective(demand)
+        _tally(self.by_effective, effective, n * demand.gpus)
+        if self._shapes is not None and effective:
+            largest = (max(g for g, _, _ in self._shapes[c]) for c in effective)
+            if all(demand.gpus >= size for size in largest):
+                _tally(self.by_whole, effective, n * demand.gpus)
 
     def effective(self, demand: Demand) -> frozenset[str]:
         """The accepted classes with a node shape that could hold the order alone."""
@@ -270,6 +287,48 @@ class Mix:
             for _, room, gpus in sorted(sets):
                 _pour(claimed, free, room, free_total * gpus / self.gpus)
         return {c: claimed[c] / n if c in claimed and n > 0 else 0.0 for c, n in free.items()}
+
+    def whole_risks(
+        self, free: Mapping[str, int], whole_free: Mapping[str, int], sizes: Mapping[str, int]
+    ) -> dict[str, float]:
+        """Per class with whole nodes free, the chance that breaking one of them turns away
+        an order that needs one before the cluster is full.
+
+        `whole_free` counts the GPUs on a class's entirely free nodes of its largest size
+        (`sizes`). The orders that need such a node are poured into those GPUs as
+        `pressures` pours restricted orders (narrowest set first, balanced), which gives
+        each class the whole-node orders expected to come for it as the free GPUs fill.
+        Arriving one by one at random, their number is Poisson; a node broken now is
+        missed when they are at least as many as the class's whole nodes.
+        """
+        free_total = sum(free.values())
+        claimed = {c: 0.0 for c, n in whole_free.items() if n > 0 and sizes.get(c, 0) > 0}
+        if self.gpus and free_total:
+            sets: list[tuple[int, list[str], int]] = []
+            for classes, gpus in self.by_whole.items():
+                room = sorted(c for c in classes if c in claimed)
+                if room:
+                    sets.append((len(room), room, gpus))
+            for _, room, gpus in sorted(sets):
+                _pour(claimed, whole_free, room, free_total * gpus / self.gpus)
+        return {
+            c: poisson_at_least(claimed[c] / sizes[c], whole_free[c] // sizes[c]) for c in claimed
+        }
+
+
+def poisson_at_least(mean: float, n: int) -> float:
+    """P(X >= n) for X Poisson with this mean."""
+    if n <= 0:
+        return 1.0
+    # Beyond a dozen standard deviations the tail is below double precision's notice.
+    if mean <= 0 or n > mean + 12 * math.sqrt(mean) + 12:
+        return 0.0
+    term = math.exp(-mean)
+    below = 0.0
+    for k in range(n):
+        below += term
+        term *= mean / (k + 1)
+    return max(0.0, 1.0 - below)
 
 
 def _pour(

@@ -32,6 +32,10 @@ class Outlook:
     pressure: Mapping[str, float] = field(default_factory=dict)
     # Per class: its largest node size, which the mix's whole-node floor keeps whole.
     whole: Mapping[str, int] = field(default_factory=dict)
+    # Per class: how much likelier breaking one of its whole nodes is to turn away an order
+    # that needs one than breaking one of the safest class the order may take
+    # (mix.whole_risks, see binder.placing.outlook).
+    whole_risk: Mapping[str, float] = field(default_factory=dict)
 
 
 Score = Callable[["Fit", Outlook], float]
@@ -67,12 +71,18 @@ def least_stranded(fit: Fit, outlook: Outlook) -> float:
     """The node, and class, where the order strands the fewest GPUs.
 
     Two costs in GPUs: the GPUs taken from a class in proportion to how much of it
-    restricted orders will claim (none for a class nobody needs), and the GPUs of the
-    node that become unusable for the mix (negative when the order fills a gap no other
-    order could). A whole node stays whole while a partly used node can take the order.
+    restricted orders will claim (none for a class nobody needs) — and, when the order
+    breaks a whole node, the node's GPUs times its class's excess whole-node risk — and
+    the GPUs of the node that become unusable for the mix (negative when the order fills
+    a gap no other order could). A whole node stays whole while a partly used node can
+    take the order.
     """
     taken = fit.free - fit.leftover
     scarcity = taken * outlook.pressure.get(fit.class_name, 0.0)
+    whole = outlook.whole.get(fit.class_name, 0)
+    if taken and whole and fit.free >= whole:
+        # Breaking a whole node risks all of it for the orders that need one.
+        scarcity += whole * outlook.whole_risk.get(fit.class_name, 0.0)
     return -(scarcity + STRANDED_WEIGHT * stranding(fit, outlook))
 
 
