@@ -98,3 +98,23 @@ def test_load_redraws_the_orders_as_a_stream_asking_that_load() -> None:
     assert 0.95 < inside / end / 10 < 1.05
     faster = resample(orders, 10, 2.0, 42, 4000)
     assert faster[-1].created_s < end
+
+
+def test_a_models_last_whole_nodes_are_kept_for_the_orders_only_they_hold() -> None:
+    # Multigpu40's seed 46 in small: 4-GPU, 60-core orders pair exactly on A's 128-core
+    # nodes and strand half of B's 96-core ones; 8-GPU, 88-core orders fit either model,
+    # so A and B are claimed alike — but the 120-core orders fit A alone, and 2 of them
+    # against A's 5 whole nodes vary more than 6 against B's 9. Pricing only stranding,
+    # the pairs broke four A nodes and the second 120-core order found none.
+    either, a_only = frozenset({"A", "B"}), frozenset({"A"})
+    nodes = [node(f"a{i}", model="A", cpu=128_000, mem=2**20) for i in range(5)]
+    nodes += [node(f"b{i}", model="B", cpu=96_000, mem=2**20) for i in range(9)]
+    nodes += [node("c0", gpus=2, model="C", cpu=16_000, mem=2**20)]
+    orders = [order(gpus=4, cpu=60_000, models=either) for _ in range(7)]
+    orders += [order(gpus=8, cpu=120_000, models=a_only) for _ in range(2)]
+    orders += [order(gpus=8, cpu=88_000, models=either) for _ in range(6)]
+    run = BinderRun(nodes, seed=42)
+    run.submit(orders)
+    placed = [run.arrive(i, o) for i, o in enumerate(orders, start=1)]
+    assert all(placed)
+    assert run.allocated_gpus == 7 * 4 + 2 * 8 + 6 * 8
