@@ -197,3 +197,14 @@ def test_a_class_without_whole_nodes_has_no_risk_to_price() -> None:
 def test_poisson_at_least_is_one_minus_the_distribution_below(mean: float, n: int) -> None:
     below = sum(math.exp(-mean) * mean**k / math.factorial(k) for k in range(n))
     assert poisson_at_least(mean, n) == pytest.approx(max(0.0, 1.0 - below), abs=1e-9)
+
+
+@given(st.floats(1.0, 5000.0), st.integers(0, 60))
+def test_poisson_at_least_falls_as_n_grows_and_is_even_at_a_large_mean(
+    mean: float, step: int
+) -> None:
+    n = round(mean)
+    assert poisson_at_least(mean, n + step) <= poisson_at_least(mean, n) + 1e-12
+    if mean >= 100:
+        # The median of a large Poisson is its mean: half the mass on either side.
+        assert 0.45 < poisson_at_least(mean, n) < 0.55

@@ -320,14 +320,20 @@ def poisson_at_least(mean: float, n: int) -> float:
     """P(X >= n) for X Poisson with this mean."""
     if n <= 0:
         return 1.0
-    # Beyond a dozen standard deviations the tail is below double precision's notice.
-    if mean <= 0 or n > mean + 12 * math.sqrt(mean) + 12:
+    if mean <= 0:
         return 0.0
-    term = math.exp(-mean)
-    below = 0.0
-    for k in range(n):
-        below += term
-        term *= mean / (k + 1)
+    # Beyond a dozen standard deviations a tail is below double precision's notice; the
+    # terms are summed in logarithms, as e^-mean underflows past a mean of about 745.
+    spread = 12 * math.sqrt(mean) + 12
+    if n > mean + spread:
+        return 0.0
+    if n < mean - spread:
+        return 1.0
+    log_mean = math.log(mean)
+    below = sum(
+        math.exp(k * log_mean - mean - math.lgamma(k + 1))
+        for k in range(max(0, int(mean - spread)), n)
+    )
     return max(0.0, 1.0 - below)
 
 
