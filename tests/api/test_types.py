@@ -368,3 +368,11 @@ def test_usage_record_name_is_stable_so_opening_twice_is_one_record() -> None:
     assert first == usage_record_name(uid, "node-a-0000-3b-00-0")
     assert first != usage_record_name(uid, "node-a-0000-3c-00-0")
     assert len(usage_record_name(uid, "x" * 300)) <= 253
+
+
+def test_devices_of_a_long_node_name_get_records_of_their_own() -> None:
+    uid = "6f1c2d3e-0000-4000-8000-123456789abc"
+    node = "n" * 220
+    names = {usage_record_name(uid, f"{node}-0000-3b-00-{f}") for f in range(8)}
+    assert len(names) == 8
+    assert all(len(n) <= 253 and n[-1].isalnum() for n in names)

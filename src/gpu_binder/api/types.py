@@ -6,6 +6,7 @@ them (see crds.py), so a field added here reaches the schema with no second edit
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
@@ -275,5 +276,13 @@ class GPUUsageRecord(Model):
 
 
 def usage_record_name(vmi_uid: str, device: str) -> str:
-    """Derived from the VMI uid and device, so opening a record twice is one record."""
-    return f"{vmi_uid[:36]}-{device}"[:253]
+    """Derived from the VMI uid and device, so opening a record twice is one record.
+
+    A name past the API's 253 characters keeps its head and ends in a digest of the
+    whole: cut short, two devices of one long node name would share one record.
+    """
+    name = f"{vmi_uid[:36]}-{device}"
+    if len(name) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[: NAME_MAX - len(digest) - 1]}-{digest}"
