@@ -1,4 +1,5 @@
-"""The binder's settings (DESIGN §3 "Config"): flags, environment, or a ConfigMap."""
+"""The binder's settings (DESIGN §3 "Config"): flags, or their GPU_BINDER_* environment
+variables — which a ConfigMap can feed through a container's `envFrom`."""
 
 from __future__ import annotations
 
