@@ -6,9 +6,16 @@ real bind request and a watch bounded by `bindTimeout` (see webhook.bindrequest)
 webhook reads the world and creates requests; it never writes a device (DESIGN §2,
 invariant 5).
 
-A dry run creates nothing. With a complete set it gets the real patch; otherwise it is
-admitted unpinned, with a warning naming what a real create would ask the binder for:
-denying it would predict a failure the real create, which can ask, might not have.
+A complete set is pinned at once only where its VMI can start: a set the binder's move
+rule sends elsewhere (its node cordoned, not Ready, gone or degraded, a device of it
+unschedulable, or its VM asking for another node) goes the request's way, and the binder
+moves it before answering. Pinned where it is, the VMI would never be scheduled, and as a
+live VMI it would hold the set there for good.
+
+A dry run creates nothing. With a complete set that may stay it gets the real patch;
+otherwise it is admitted unpinned, with a warning naming what a real create would ask the
+binder for: denying it would predict a failure the real create, which can ask, might not
+have.
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ from gpu_binder.api.types import (
     RequestPhase,
 )
 from gpu_binder.binder.config import Config
+from gpu_binder.binder.context import Context, Memory
+from gpu_binder.binder.plan import Plan
+from gpu_binder.binder.steps.moves import move_reason
+from gpu_binder.binder.steps.status import reported_degraded
 from gpu_binder.binder.world import World
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest
@@ -64,7 +75,8 @@ class Respond:
 
 @dataclass(frozen=True, slots=True)
 class NeedsRequest:
-    """The VM's set is incomplete: create this request and `answer` once the binder has."""
+    """The VM's set is incomplete, or must move before its VMI can start: create this
+    request and `answer` once the binder has."""
 
     request: GPUBindRequest
 
@@ -169,14 +181,20 @@ class Admitter:
         if foreign:
             return Respond(self._deny(request, foreign_message(foreign)))
         outcome = pin(order, have, self.world.classes)
-        if isinstance(outcome, Pinning):
-            return Respond(allowed(uid, pin_patch(vmi, outcome)))
         if isinstance(outcome, Refused):
             return Respond(self._deny(request, outcome.message))
+        move = ""
+        if isinstance(outcome, Pinning):
+            # A set its VMI cannot start beside goes the request's way: the binder moves
+            # it first. Disabled, it moves nothing, and the VMI starts once the node can.
+            move = self._move_reason(target, outcome.node, have) if self.config.enabled else ""
+            if not move:
+                return Respond(allowed(uid, pin_patch(vmi, outcome)))
         wanted = counts(order, have)
         if request.dry_run:
             # A dry run may create nothing, so it cannot ask the binder (module docstring).
-            return Respond(allowed(uid, warnings=[_dry_run_warning(wanted, self.config)]))
+            warning = _dry_run_warning(wanted, self.config, move)
+            return Respond(allowed(uid, warnings=[warning]))
         if not self.config.enabled:
             return Respond(
                 self._deny(
@@ -186,6 +204,27 @@ class Admitter:
             )
         name = bindrequest.request_name(target.vmi_name, self.rng)
         return NeedsRequest(bindrequest.bind_request(target, wanted, name, alternatives))
+
+    def _move_reason(self, target: Target, node: str, devices: list[GPUDevice]) -> str:
+        """Why the binder moves this complete set off `node` before a VMI may start on it,
+        or "": its own rule (moves.move_reason), which its request path relocates by.
+
+        Pinned there anyway, the VMI would never be scheduled, and as a live VMI it would
+        hold the set in place. While another VMI of the VM is live, the binder moves
+        nothing and answers with the set as it is, so the VMI is pinned at once.
+        """
+        live = self.world.live_vmis(target.key)
+        if any(v.metadata.name != target.vmi_name for v in live):
+            return ""
+        # The binder's memory of degraded nodes is the leader's; any replica reads it
+        # from the GPUDegraded condition the binder sets on the node with it.
+        found = self.world.nodes.get(node)
+        degraded = {node} if found is not None and reported_degraded(found) else set()
+        now = self.clock()
+        ctx = Context(
+            self.world, self.config, now, Memory(degraded=degraded), Plan(self.world, now)
+        )
+        return move_reason(ctx, target.key, node, devices)
 
     def _alternatives(self, target: Target, vmi: Mapping[str, Any]) -> tuple[str, ...]:
         """Classes the order accepts in place of those its entries name: its VM's, else
@@ -329,10 +368,15 @@ def timeout_message(config: Config) -> str:
     return f"no answer from gpu-binder within {seconds:g}s; KubeVirt will retry"
 
 
-def _dry_run_warning(wanted: Mapping[str, int], config: Config) -> str:
+def _dry_run_warning(wanted: Mapping[str, int], config: Config, move: str = "") -> str:
     order = ", ".join(f"{n} × {c}" for c, n in sorted(wanted.items()))
+    wait = f"waits up to {config.bind_timeout.total_seconds():g}s"
+    if move:
+        return (
+            f"dry run: the VM's GPU set must move first ({move}), so the VMI is not "
+            f"pinned; a real create asks gpu-binder to move {order} and {wait}"
+        )
     return (
         f"dry run: the VM holds no complete GPU set, so the VMI is not pinned; a real create "
-        f"asks gpu-binder to bind {order} and waits up to "
-        f"{config.bind_timeout.total_seconds():g}s"
+        f"asks gpu-binder to bind {order} and {wait}"
     )

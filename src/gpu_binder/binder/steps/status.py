@@ -172,7 +172,7 @@ def _degraded(ctx: Context) -> set[str]:
             devs = [world.devices.by_name[n] for n in names]
             short = _shortfall(ctx, node.allocatable, devs)
             # The condition this binder set survives a restart that its memory does not.
-            reported = _reported_degraded(node)
+            reported = reported_degraded(node)
             m.shortfalls[node_name] = (node, gen, short, reported)
         if not short:
             m.degraded_since.pop(node_name, None)
@@ -206,7 +206,7 @@ def _degraded(ctx: Context) -> set[str]:
     return out
 
 
-def _reported_degraded(node: Node) -> bool:
+def reported_degraded(node: Node) -> bool:
     """Whether the node carries the GPUDegraded=True condition a binder set on it."""
     for c in (node.raw.get("status") or {}).get("conditions") or ():
         if isinstance(c, dict) and c.get("type") == "GPUDegraded":
