@@ -1,10 +1,29 @@
-"""Settings: the KubeVirt CR's permitted host devices, rendered from classes and slots."""
+"""Settings: the KubeVirt CR's permitted host devices, rendered from classes and slots.
+
+`permittedHostDevices.pciHostDevices` is an atomic list in KubeVirt's schema (no list-map
+keys), so a server-side apply replaces it whole. The step therefore writes the list as it
+stands with the binder's entries merged in: every entry the binder does not own is kept,
+in its order, and the binder's rendered entries follow them, in render order.
+
+Owned (the binder's to add, change and remove) is an entry whose resourceName is
+- under `gpu.cozystack.io/`: the slot resources, named in the binder's own API group;
+- rendered now: a slot resource in use, or the resourceName of a `Node` class;
+- one the binder wrote last time, recorded in the annotation OWNED_ANNOTATION on the CR,
+  so the entry of a deleted `Node` class, or of a renamed resourceName, goes with it.
+Everything else — NICs, other vendors' devices, a `Device` class's own resourceName (never
+rendered: its VMIs are rewritten to slot resources), `mediatedDevices` and the rest of the
+configuration, which the step never writes — is the operator's and is left as found.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpu_binder.binder.context import Context
+
+SLOT_PREFIX = "gpu.cozystack.io/"
+# The resourceNames of the entries the binder wrote, comma-separated, sorted.
+OWNED_ANNOTATION = "gpu.cozystack.io/permitted-host-devices"
 
 
 def render(ctx: Context) -> list[dict[str, Any]]:
@@ -24,7 +43,7 @@ def render(ctx: Context) -> list[dict[str, Any]]:
                     }
                 )
             continue
-        prefix = f"gpu.cozystack.io/{vendor.lower()}-"
+        prefix = f"{SLOT_PREFIX}{vendor.lower()}-"
         for resource in sorted(slots):
             if not resource.startswith(prefix):
                 continue
@@ -52,23 +71,47 @@ def _unique(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def merge(have: list[Any], wanted: list[dict[str, Any]], written: str) -> list[Any]:
+    """The operator's entries of have, as found, then the binder's wanted entries."""
+    # An operator entry named like a Node class is indistinguishable: the binder's wins.
+    names = {e["resourceName"] for e in wanted} | {n for n in written.split(",") if n}
+    return [*(e for e in have if not _is_owned(e, names)), *wanted]
+
+
+def _is_owned(entry: Any, names: set[str]) -> bool:
+    if not isinstance(entry, dict):
+        return False  # not an entry the binder writes: kept as found
+    name = entry.get("resourceName")
+    return isinstance(name, str) and (name.startswith(SLOT_PREFIX) or name in names)
+
+
 def settings(ctx: Context) -> None:
     key = f"{ctx.config.kubevirt_namespace}/{ctx.config.kubevirt_name}"
     current = ctx.world.kubevirt.get(key)
     if current is None:
         return  # KubeVirt is not installed, or its CR not yet seen: nothing to render into
-    wanted = render(ctx)
     spec = current.raw.get("spec") or {}
     have = ((spec.get("configuration") or {}).get("permittedHostDevices") or {}).get(
         "pciHostDevices"
     )
-    if have == wanted:
-        return
+    have = have if isinstance(have, list) else []
+    written = current.metadata.annotations.get(OWNED_ANNOTATION, "")
+    wanted = render(ctx)
+    merged = merge(have, wanted, written)
+    record = ",".join(sorted({e["resourceName"] for e in wanted}))
+    if merged == have and record == written:
+        return  # unchanged: the pass writes nothing (an absent list counts as empty)
     body = {
         "apiVersion": "kubevirt.io/v1",
         "kind": "KubeVirt",
-        "metadata": {"name": ctx.config.kubevirt_name, "namespace": ctx.config.kubevirt_namespace},
-        "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": wanted}}},
+        "metadata": {
+            "name": ctx.config.kubevirt_name,
+            "namespace": ctx.config.kubevirt_namespace,
+            "annotations": {OWNED_ANNOTATION: record},
+        },
+        # The whole list, the operator's entries in it: the list is atomic, so the
+        # forced apply takes it over, and what it writes is what was there plus ours.
+        "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": merged}}},
     }
     ctx.plan.write("apply", _Applied(key, body))
 
