@@ -217,3 +217,27 @@ async def test_a_standalone_set_whose_vmi_never_came_is_released_after_the_grace
     await cluster.settle()
     await cluster.settle_after(seconds=30)
     assert cluster.set_of("solo") == []
+
+
+async def test_a_refused_adoption_is_forgotten_when_its_vmi_ends(cluster: Cluster) -> None:
+    await unmanaged(cluster, node_b_gpus=1)
+    await cluster.settle_after(seconds=30)
+    memory = cluster.binder.memory
+    assert memory.unmanaged_since and cluster.events_of("vm", "GPUUnmanaged")
+    cluster.finish("vm")
+    await cluster.settle()
+    assert memory.unmanaged_since == {}
+
+
+async def test_a_new_vmi_refused_adoption_as_its_predecessor_was_is_said_again(
+    cluster: Cluster,
+) -> None:
+    await unmanaged(cluster, node_b_gpus=1)
+    await cluster.settle_after(seconds=30)
+    cluster.finish("vm")
+    await cluster.settle()
+    await cluster.remove_vmi("vm")
+    cluster.start("vm", node="node-b", devices=())
+    await cluster.settle()
+    await cluster.settle_after(seconds=30)
+    assert len(cluster.events_of("vm", "GPUUnmanaged")) == 2

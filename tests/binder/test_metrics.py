@@ -40,3 +40,60 @@ async def test_a_tenant_that_holds_nothing_any_more_leaves_no_series(cluster: Cl
     await cluster.settle()
     assert tenant_series(cluster) == {}
     assert b"gpu_binder_tenant_gpus{" not in generate_latest(cluster.binder.metrics.registry)
+
+
+def gauge(cluster: Cluster, name: str) -> float | None:
+    return cluster.binder.metrics.registry.get_sample_value(name)
+
+
+async def refused_adoption(cluster: Cluster) -> None:
+    """vm's set is on node-a; its VMI runs on node-b, which has too few free devices."""
+    cluster.node("node-a")
+    cluster.node("node-b", 1)
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    cluster.start("vm", node="node-b", devices=())
+    await cluster.settle()
+    await cluster.settle_after(seconds=30)
+    assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 1
+
+
+async def test_the_unplaceable_gauge_returns_to_zero_when_the_vm_is_deleted(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 2)
+    cluster.vm("big", 4)
+    await cluster.settle()
+    assert gauge(cluster, "gpu_binder_unplaceable_orders") == 1
+    await cluster.delete_vm("big")
+    await cluster.settle()
+    assert gauge(cluster, "gpu_binder_unplaceable_orders") == 0
+
+
+async def test_the_unmanaged_gauge_returns_to_zero_when_the_vmi_ends(cluster: Cluster) -> None:
+    await refused_adoption(cluster)
+    cluster.finish("vm")
+    await cluster.settle()
+    assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 0
+
+
+async def test_the_unmanaged_gauge_returns_to_zero_within_a_resync_when_the_vmi_is_removed(
+    cluster: Cluster,
+) -> None:
+    await refused_adoption(cluster)
+    await cluster.remove_vmi("vm")  # gone with no end seen (a missed event)
+    await cluster.settle_after(seconds=30)
+    assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 0
+
+
+async def test_a_vmi_within_its_attachment_grace_is_not_counted_as_unmanaged(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    cluster.node("node-b", 1)
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    cluster.start("vm", node="node-b", devices=())
+    await cluster.settle()
+    await cluster.settle_after(seconds=29)
+    assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 0

@@ -213,3 +213,18 @@ async def test_an_order_of_two_classes_that_no_node_holds_says_so(cluster: Clust
     assert cluster.set_of("vm") == []
     [event] = cluster.events_of("vm", "GPUUnplaceable")
     assert "all of them must be on one node" in event.message
+
+
+async def test_a_deleted_unplaceable_vm_leaves_nothing_in_the_binders_memory(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 2)
+    cluster.vm("big", 4)
+    await cluster.settle()
+    memory = cluster.binder.memory
+    assert "tenant/big" in memory.unplaceable and cluster.events_of("big", "GPUUnplaceable")
+    await cluster.delete_vm("big")
+    await cluster.settle()
+    assert "tenant/big" not in memory.unplaceable
+    assert not [k for k in memory.said if "tenant/big" in k]
+    assert "tenant/big" not in memory.verdicts("orders")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.types import BindReason, Phase, RequestPhase
+import pytest
 
-from .cluster import Cluster
+from gpu_binder.api.types import BindReason, GPUBindRequest, Phase, RequestPhase
+from gpu_binder.binder.steps import requests
+
+from .cluster import NAMESPACE, Cluster
 
 
 async def test_a_bind_request_is_answered_bound_with_its_node_and_devices(
@@ -142,3 +145,76 @@ async def test_a_request_for_a_set_stuck_on_a_cordoned_node_fails_saying_why(
         "node node-a is cordoned, but the set cannot move: "
         "2 × h100 requested; the largest free set is 1 on node-b"
     )
+
+
+def left(cluster: Cluster, name: str) -> bool:
+    return cluster.client.peek(GPUBindRequest, name, NAMESPACE) is not None
+
+
+async def test_an_answered_request_left_behind_is_deleted_after_four_bind_timeouts(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.request("solo", 1)  # a standalone VMI's: no owner to be collected with
+    await cluster.answer_requests()
+    assert cluster.answer("solo-bind").status.phase == RequestPhase.BOUND
+    await cluster.settle_after(seconds=19)
+    assert left(cluster, "solo-bind"), "its webhook may still read it"
+    await cluster.settle_after(seconds=1)
+    assert not left(cluster, "solo-bind")
+
+
+async def test_a_failed_request_left_behind_is_deleted_too(cluster: Cluster) -> None:
+    cluster.node("node-a", 2)
+    await cluster.settle()
+    cluster.vm("vm", 4)
+    cluster.request("vm", 4)
+    await cluster.answer_requests()
+    assert cluster.answer("vm-bind").status.phase == RequestPhase.FAILED
+    await cluster.settle_after(seconds=20)
+    assert not left(cluster, "vm-bind")
+
+
+async def test_a_request_answered_before_a_restart_and_left_is_deleted_after_it(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("vm", 1)
+    cluster.request("vm", 1)
+    await cluster.answer_requests()
+    cluster.restart()
+    await cluster.settle()
+    assert left(cluster, "vm-bind")
+    await cluster.settle_after(seconds=20)
+    assert not left(cluster, "vm-bind")
+
+
+async def test_requests_left_behind_are_deleted_a_bounded_number_per_pass(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(requests, "DELETIONS_PER_PASS", 2, raising=False)
+    cluster.node("node-a")
+    await cluster.settle()
+    for i in range(3):
+        cluster.vm(f"vm{i}", 1)
+        cluster.request(f"vm{i}", 1)
+    await cluster.answer_requests()
+    cluster.clock.advance(seconds=20)
+    await cluster.run()
+    assert sum(left(cluster, f"vm{i}-bind") for i in range(3)) == 1
+    await cluster.run()
+    assert not any(left(cluster, f"vm{i}-bind") for i in range(3))
+
+
+async def test_a_refusal_for_a_vm_that_never_came_is_forgotten_on_a_resync(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 2)
+    await cluster.settle()
+    cluster.request("ghost", 4)
+    await cluster.answer_requests()
+    assert cluster.events_of("ghost", "GPURefused")
+    await cluster.settle_after(seconds=30)
+    assert not [k for k in cluster.binder.memory.said if "tenant/ghost" in k]

@@ -13,7 +13,7 @@ from gpu_binder.api.types import (
 from gpu_binder.sim.catalog import H100, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.invariants import InvariantChecker, quiet_pass
-from gpu_binder.sim.kubelet import with_phase
+from gpu_binder.sim.kubelet import VMI_FINALIZER, with_phase
 from gpu_binder.sim.memory import MemoryClient
 
 from .histories import History
@@ -105,6 +105,40 @@ async def test_a_device_leaving_the_store_while_a_vmi_runs_on_it_violates_3(
     history.run("t/a", "n1", "d1")
     await store.delete(GPUDevice, "d1")
     assert numbers(checker.check()) == ["(3)"]
+
+
+async def shutting_down(store: MemoryClient, vmi: VirtualMachineInstance) -> None:
+    """KubeVirt deletes the VMI: its finalizer keeps it Running while the guest shuts down."""
+    raw = vmi.to_dict()
+    raw["metadata"]["finalizers"] = [VMI_FINALIZER]
+    store.put(VirtualMachineInstance.from_dict(raw))
+    await store.delete(VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace)
+
+
+async def test_cleaning_a_device_a_vmi_shutting_down_uses_violates_3(
+    store: MemoryClient, history: History, checker: InvariantChecker
+) -> None:
+    history.device("d1")
+    history.bind("d1", "t/a")
+    vmi = history.run("t/a", "n1", "d1")
+    history.attach("d1", vmi)
+    await shutting_down(store, vmi)
+    history.release("d1")
+    assert "(3)" in numbers(checker.check())
+
+
+async def test_a_device_may_go_once_its_deleted_vmi_has_finished(
+    store: MemoryClient, history: History, checker: InvariantChecker
+) -> None:
+    history.device("d1")
+    history.bind("d1", "t/a")
+    vmi = history.run("t/a", "n1", "d1")
+    history.attach("d1", vmi)
+    await shutting_down(store, vmi)
+    ended = history.end(vmi)
+    history.detach("d1", ended)
+    history.release("d1")
+    assert checker.check() == []
 
 
 def test_a_vmi_found_by_its_slot_resource_holds_the_device_too(

@@ -169,6 +169,40 @@ async def test_a_vmi_no_node_can_take_is_scheduled_once_one_can(
     assert v is not None and v.node_name == "n2"
 
 
+async def test_a_pending_vmi_being_deleted_is_not_scheduled(
+    store: MemoryClient, clock: VirtualClock, kubevirt: KubeVirtSim
+) -> None:
+    await create_node(store, "n1", clock.now())
+    await cordon(store, "n1")
+    await store.create(vm_object("vm1", "t"))
+    await kubevirt.step()
+    await store.delete(VirtualMachineInstance, "vm1", "t")
+    await cordon(store, "n1", False)
+    await kubevirt.step()
+    v = vmi(store)
+    assert v is not None and v.metadata.deletion_timestamp is not None
+    assert (v.phase, v.node_name) == ("Pending", "")
+
+
+async def test_a_stopped_vms_vmi_runs_while_deleted_until_its_guest_has_shut_down(
+    store: MemoryClient, clock: VirtualClock, kubevirt: KubeVirtSim, kubelet: Kubelet
+) -> None:
+    await create_node(store, "n1", clock.now())
+    await store.create(vm_object("vm1", "t"))
+    await settle(kubevirt, kubelet)
+    seen: list[tuple[bool, str]] = []
+
+    def follow(kind: type, e: Any) -> None:
+        if kind is VirtualMachineInstance and e.type != "DELETED":
+            seen.append((e.object.metadata.deletion_timestamp is not None, e.object.phase))
+
+    store.subscribe(follow)
+    await kubevirt.set_running("t", "vm1", False)
+    await settle(kubevirt, kubelet)
+    assert seen[:2] == [(True, "Running"), (True, "Succeeded")]
+    assert vmi(store) is None
+
+
 async def test_stopping_a_vm_ends_its_vmi_with_a_finish_time_then_deletes_it(
     store: MemoryClient, clock: VirtualClock, kubevirt: KubeVirtSim, kubelet: Kubelet
 ) -> None:

@@ -129,7 +129,12 @@ class VirtualMachine:
 
 @dataclass(frozen=True, slots=True)
 class VirtualMachineInstance:
-    """A running VM. Live while not Succeeded/Failed and not deleted."""
+    """A running VM. Live until it is Succeeded/Failed or gone from the API.
+
+    A deletionTimestamp does not end it: KubeVirt then shuts the guest down (up to its
+    terminationGracePeriodSeconds) and QEMU holds its GPUs until the launcher pod exits;
+    only then does the VMI reach Succeeded/Failed, or go.
+    """
 
     KIND: ClassVar[str] = "VirtualMachineInstance"
     PLURAL: ClassVar[str] = "virtualmachineinstances"
@@ -161,7 +166,14 @@ class VirtualMachineInstance:
 
     @property
     def live(self) -> bool:
-        return self.phase not in ENDED_PHASES and self.metadata.deletion_timestamp is None
+        """Not Succeeded/Failed: it runs, or may yet run, and holds its VM's set; a
+        deletionTimestamp does not end it (see the class docstring)."""
+        return self.phase not in ENDED_PHASES
+
+    @property
+    def being_deleted(self) -> bool:
+        """On its way out (deletionTimestamp set): live until it ends, but no new order."""
+        return self.metadata.deletion_timestamp is not None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> VirtualMachineInstance:

@@ -17,8 +17,10 @@ from gpu_binder.binder.world import World
 class Memory:
     """What the binder remembers between passes, in memory, like the reference's maps."""
 
-    # When an attachment without a complete set was first seen, to adopt after the grace.
+    # When an attachment without a complete set was first seen, to adopt after the grace,
+    # by "<VMI key>/<uid>"; and those whose adoption found no free devices (the metric).
     unmanaged_since: dict[str, datetime] = field(default_factory=dict)
+    unadopted: set[str] = field(default_factory=set)
     # When a node first served fewer units than it holds healthy devices.
     degraded_since: dict[str, datetime] = field(default_factory=dict)
     degraded: set[str] = field(default_factory=set)
@@ -30,8 +32,10 @@ class Memory:
     # When a device was first seen Unhealthy, and a node first seen gone.
     unhealthy_since: dict[str, datetime] = field(default_factory=dict)
     node_gone_since: dict[str, datetime] = field(default_factory=dict)
-    # The last refusal said about an object, so a resync does not repeat it as an Event.
-    said: dict[str, str] = field(default_factory=dict)
+    # The last refusal said about an object, so a resync does not repeat it as an Event:
+    # per object key ("<namespace>/<name>"), per topic ("order", "adopt", ...). Dropped
+    # with the object (see forget_object), so it holds only objects that exist.
+    said: dict[str, dict[str, str]] = field(default_factory=dict)
     # Orders whose last placement attempt failed, and the world generation it failed in.
     unplaceable: dict[str, tuple[int, int | None, int]] = field(default_factory=dict)
     unplaceable_checked: int = -1
@@ -47,6 +51,8 @@ class Memory:
     clean: dict[str, Verdicts] = field(default_factory=dict)
     # Clean orders whose verdict a clock will change (a reservation running out).
     order_deadlines: Deadlines = field(default_factory=Deadlines)
+    # Answered bind requests, by key, due for deletion should their webhook not delete them.
+    request_expiry: Deadlines = field(default_factory=Deadlines)
 
     def verdicts(self, step: str) -> Verdicts:
         v = self.clean.get(step)
@@ -65,10 +71,14 @@ class Context:
     scope: Scope = field(default_factory=lambda: Scope(full=True))
 
     def say(self, key: str, note: Note) -> None:
-        """A refusal or warning, recorded as an Event only when it changed."""
-        if self.memory.said.get(key) == note.message:
+        """A refusal or warning, recorded as an Event only when it changed.
+
+        `key` is "<topic>/<object key>", e.g. "order/tenant/vm"."""
+        topic, _, obj = key.partition("/")
+        said = self.memory.said.setdefault(obj, {})
+        if said.get(topic) == note.message:
             return
-        self.memory.said[key] = note.message
+        said[topic] = note.message
         self.plan.note(note)
 
     def is_clean(self, step: str, key: str, signature: object) -> bool:
@@ -87,4 +97,22 @@ class Context:
             clean.forget(key)
 
     def unsay(self, key: str) -> None:
+        topic, _, obj = key.partition("/")
+        said = self.memory.said.get(obj)
+        if said is not None:
+            said.pop(topic, None)
+            if not said:
+                del self.memory.said[obj]
+
+    def forget_object(self, key: str) -> None:
+        """The VM or VMI with this key is gone: nothing said about it is remembered."""
         self.memory.said.pop(key, None)
+
+    def prune_said(self) -> None:
+        """Drop what was said about objects that no longer exist: for a resync sweep, in
+        O(objects with a refusal standing), which events about the rest do not reach
+        (a refused request whose VM and VMI never came)."""
+        world = self.world
+        said = self.memory.said
+        for key in [k for k in said if k not in world.vms and k not in world.vmis]:
+            del said[key]

@@ -56,11 +56,18 @@ class Metrics:
         )
         self.writes = Counter("gpu_binder_writes", "Writes made", ["verb"], registry=r)
         self.conflicts = Counter("gpu_binder_conflicts", "Writes refused with 409", registry=r)
+        # DESIGN §3 attachments: an unmanaged VMI whose node has no free devices to adopt
+        # is said in an Event and counted here; one still within attachmentGrace is not.
         self.unmanaged = Gauge(
-            "gpu_binder_unmanaged_attachments", "Live VMIs using GPUs not bound to them", registry=r
+            "gpu_binder_unmanaged_attachments",
+            "Live VMIs running with GPUs not bound to them that could not be adopted after "
+            "attachmentGrace (their node has too few free devices of their class)",
+            registry=r,
         )
         self.unplaceable = Gauge(
-            "gpu_binder_unplaceable_orders", "Orders that no node can take now", registry=r
+            "gpu_binder_unplaceable_orders",
+            "Orders of existing VMs (or standalone VMIs) that no node can take now",
+            registry=r,
         )
         self.tenants = TenantGPUs()
         r.register(self.tenants)

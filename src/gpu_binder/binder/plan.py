@@ -13,7 +13,7 @@ from typing import Any, Literal
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.binder.world import World
 
-Verb = Literal["update", "status", "create", "apply", "node_status"]
+Verb = Literal["update", "status", "create", "apply", "node_status", "delete"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class Plan:
         self.world.put_device(new)
 
     def write(self, verb: Verb, obj: Any, note: Note | None = None) -> None:
-        """A write of another kind: a request's answer, a record, a class status."""
+        """A write of another kind: a request's answer or deletion, a record, a class status."""
         meta = obj.metadata if hasattr(obj, "metadata") else None
         name = f"{meta.namespace}/{meta.name}" if meta is not None else str(id(obj))
         key = (type(obj).__name__, name)

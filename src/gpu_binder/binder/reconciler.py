@@ -6,6 +6,7 @@ derived state after an aborted placement follow the reference reconciler (DESIGN
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -161,7 +162,7 @@ class Reconciler:
     def _export(self) -> None:
         ctx = self._context(self.clock())
         largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
-        unmanaged = len(self.memory.unmanaged_since)
+        unmanaged = len(self.memory.unadopted)
         self.metrics.export(self.world, largest, unmanaged, len(self.memory.unplaceable))
 
     def _context(self, now: datetime) -> Context:
@@ -237,6 +238,14 @@ class Reconciler:
         if w.verb == "node_status":
             node_name, cond = w.obj
             return await self._node_condition(node_name, cond)
+        if w.verb == "delete":
+            meta = w.obj.metadata
+            # Deleted already (a bind request by its webhook) is as good.
+            with contextlib.suppress(NotFound):
+                await c.delete(type(w.obj), meta.name, meta.namespace)
+            # Write-through, as for the other writes: the next pass does not delete it again.
+            self.world.apply(WatchEvent("DELETED", w.obj))
+            return None
         raise AssertionError(f"unknown verb {w.verb}")
 
     async def _node_condition(self, node_name: str, cond: Condition) -> Node:

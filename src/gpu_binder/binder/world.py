@@ -27,7 +27,7 @@ from gpu_binder.client.interface import WatchEvent
 from gpu_binder.placement.mix import Demand, Mix
 from gpu_binder.placement.options import group, resolve
 
-# Deleted VMIs whose end time is kept: far more than end between two passes.
+# Deleted VMIs whose finish time is kept: far more than end between two passes.
 ENDED_VMIS_KEPT = 10_000
 
 
@@ -66,7 +66,7 @@ class World:
         self.open_records: set[str] = set()
         self.open_by_device: dict[str, set[str]] = defaultdict(set)
         self.kubevirt: dict[str, KubeVirt] = {}
-        # When deleted VMIs ended, by uid, oldest first (see vmi_ended_at).
+        # When deleted VMIs finished, by uid, oldest first (see vmi_ended_at).
         self.ended_vmis: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
         self.dirty: set[str] = set()
@@ -155,9 +155,10 @@ class World:
             self.standalone.discard(vmi.key)
         if not deleted:
             self.vmis_by_order[vm_key_of_vmi(vmi)].add(vmi.key)
-        elif (end := vmi.finished_at or vmi.metadata.deletion_timestamp) is not None:
-            # A VMI may end and be deleted before a pass sees it end: keep its end time, so
-            # its devices' detach time and its usage records carry it, not the pass's time.
+        elif (end := vmi.finished_at) is not None:
+            # A VMI may end and be deleted before a pass sees it end: keep its finish time,
+            # so its devices' detach time and its usage records carry it, not the pass's.
+            # Not its deletionTimestamp: a VMI being deleted ran on until it finished.
             self.ended_vmis[vmi.metadata.uid] = end
             if len(self.ended_vmis) > ENDED_VMIS_KEPT:
                 del self.ended_vmis[next(iter(self.ended_vmis))]
@@ -211,6 +212,8 @@ class World:
         if source is None:
             source = next((v for v in self.live_vmis(key) if v.vm_name is None), None)
         demands: tuple[Demand, ...] = ()
+        # An order being deleted (its VM, or a standalone VMI shutting down, which runs on
+        # until it ends) asks for nothing new.
         if source is not None and source.metadata.deletion_timestamp is None:
             demands = demands_of(
                 self._order(source.device_names),
@@ -239,14 +242,18 @@ class World:
         return self.devices.capacity_gen
 
     def vmi_ended_at(self, key: str, uid: str) -> datetime | None:
-        """When the VMI with this key and uid ended, if known: its finish time, else when its
-        deletion began; remembered for a while after the VMI is gone."""
+        """When the VMI with this key and uid ended, if known: its finish time, remembered
+        for a while after the VMI is gone. None when it did not say (it went without
+        finishing, or was gone before the binder saw it): the caller's now is the best
+        known, since a VMI runs on after its deletion began until it is gone."""
         vmi = self.vmis.get(key)
         if vmi is not None and vmi.metadata.uid == uid:
-            return vmi.finished_at or vmi.metadata.deletion_timestamp
+            return vmi.finished_at
         return self.ended_vmis.get(uid)
 
     def live_vmis(self, order_key: str) -> list[VirtualMachineInstance]:
+        """The order's VMIs that are not Succeeded/Failed, those being deleted included:
+        they run until they end, and their devices are in use until then."""
         keys = self.vmis_by_order.get(order_key)
         if not keys:
             return []

@@ -341,7 +341,9 @@ class InvariantChecker:
             self._vmis.pop(key, None)
             return
         self._vmis[key] = vmi
-        if not vmi.live or vmi.phase != "Running" or not vmi.node_name:
+        # Judged on the phase alone: a VMI being deleted (deletionTimestamp set) still runs,
+        # its guest shutting down on the devices, until it is Succeeded/Failed or gone.
+        if vmi.phase != "Running" or not vmi.node_name:
             return
         uses = self._devices_of(vmi)
         self._uses[key] = uses

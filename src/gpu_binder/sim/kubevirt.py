@@ -125,7 +125,7 @@ class KubeVirtSim:
             return 0  # its VMI goes by garbage collection
         vmi = self.client.peek(VirtualMachineInstance, name, namespace)
         owned = vmi is not None and _owned_by(vmi, vm)
-        if vmi is not None and vmi.metadata.deletion_timestamp is not None:
+        if vmi is not None and vmi.being_deleted:
             return 0  # its DELETED event brings the VM back here
         if not vm.running:
             return await self._delete(vmi) if owned else 0
@@ -221,10 +221,14 @@ class KubeVirtSim:
             self._unschedulable.discard(key)
             return
         if vmi.node_name:
+            # A VMI being deleted still runs there until its guest has shut down.
             self._placed[key] = vmi.node_name
             self._load[vmi.node_name] += 1
         if _pending(vmi):
             self._unscheduled.add(key)
+        else:
+            self._unscheduled.discard(key)
+            self._unschedulable.discard(key)
 
     def _on_node(self, node: Node, deleted: bool) -> None:
         shape = (node.ready, node.unschedulable, tuple(sorted(node.metadata.labels.items())))
@@ -238,7 +242,13 @@ class KubeVirtSim:
 
 
 def _pending(vmi: VirtualMachineInstance) -> bool:
-    return vmi.live and not vmi.node_name and vmi.phase in ("Pending", "Scheduling", "")
+    """Waiting for a node; a VMI being deleted is no longer scheduled anywhere."""
+    return (
+        vmi.live
+        and not vmi.being_deleted
+        and not vmi.node_name
+        and vmi.phase in ("Pending", "Scheduling", "")
+    )
 
 
 def _owned_by(vmi: VirtualMachineInstance, vm: VirtualMachine) -> bool:

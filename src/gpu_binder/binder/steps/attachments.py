@@ -19,9 +19,14 @@ from gpu_binder.binder.world import vm_key_of_vmi
 def attachments(ctx: Context) -> None:
     _detach_ended(ctx)
     world = ctx.world
+    if ctx.scope.full:
+        _prune_unmanaged(ctx)
     clean = ctx.memory.verdicts("attach")
     for vmi in ctx.scope.vmis(world, clean):
-        if not (vmi.live and vmi.node_name):
+        if not vmi.live:
+            _managed(ctx, vmi.key, vmi.metadata.uid)  # it ended: nothing to adopt any more
+            continue
+        if not vmi.node_name:
             continue
         signature = (world.devices.key_gen.get(vm_key_of_vmi(vmi)), world.class_gen)
         cached = clean.get(vmi.key)
@@ -39,6 +44,26 @@ def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
     """The devices the webhook admitted the VMI with, or None when it did not say."""
     raw = vmi.metadata.annotations.get(DEVICES_ANNOTATION)
     return {n for n in raw.split(",") if n} if raw else None
+
+
+def _managed(ctx: Context, vmi_key: str, uid: str) -> None:
+    """The VMI no longer waits for adoption: adopted, complete, ended or gone."""
+    seen_key = f"{vmi_key}/{uid}"
+    memory = ctx.memory
+    memory.unmanaged_since.pop(seen_key, None)
+    memory.unadopted.discard(seen_key)
+    ctx.unsay(f"adopt/{vmi_key}")
+
+
+def _prune_unmanaged(ctx: Context) -> None:
+    """On a resync sweep, forget VMIs that are gone without being seen to end: this costs
+    the unmanaged VMIs, which the sweep decides about anyway (none of them is clean)."""
+    vmis = ctx.world.vmis
+    for seen_key in list(ctx.memory.unmanaged_since):
+        vmi_key, _, uid = seen_key.rpartition("/")
+        vmi = vmis.get(vmi_key)
+        if vmi is None or vmi.metadata.uid != uid or not vmi.live:
+            _managed(ctx, vmi_key, uid)
 
 
 def _detach_ended(ctx: Context) -> None:
@@ -76,6 +101,7 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     key = vm_key_of_vmi(vmi)
     order = world.order_of(key)
     if not order:
+        _managed(ctx, vmi.key, vmi.metadata.uid)  # it orders no GPUs (any more)
         return True
     admitted = vmi_devices(vmi)
     mine = [
@@ -99,7 +125,7 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     missing = {c: n - have.get(c, 0) for c, n in order.items() if n > have.get(c, 0)}
     seen_key = f"{vmi.key}/{vmi.metadata.uid}"
     if not missing:
-        ctx.memory.unmanaged_since.pop(seen_key, None)
+        _managed(ctx, vmi.key, vmi.metadata.uid)
         return True
     first = ctx.memory.unmanaged_since.setdefault(seen_key, ctx.now)
     if ctx.now - first < ctx.config.attachment_grace:
@@ -132,6 +158,7 @@ def _adopt(
                     warning=True,
                 ),
             )
+            ctx.memory.unadopted.add(f"{vmi.key}/{vmi.metadata.uid}")  # the metric counts it
             return
         chosen.extend(devices.by_name[n] for n in free[:count])
     for d in chosen:
@@ -146,5 +173,4 @@ def _adopt(
             update={"attachment": Attachment(vmi=ref, since=ctx.now), "phase": Phase.ATTACHED}
         )
         ctx.plan.device_status(new.model_copy(update={"status": status}), placement=True)
-    ctx.unsay(f"adopt/{vmi.key}")
-    ctx.memory.unmanaged_since.pop(f"{vmi.key}/{vmi.metadata.uid}", None)
+    _managed(ctx, vmi.key, vmi.metadata.uid)

@@ -82,7 +82,8 @@ def wants_to_run(ctx: Context, key: str) -> bool:
     vm = world.vms.get(key)
     if vm is not None:
         return vm.running and vm.metadata.deletion_timestamp is None
-    return bool(world.live_vmis(key))
+    # A standalone VMI being deleted is shutting down: no room is made for it.
+    return any(not v.being_deleted for v in world.live_vmis(key))
 
 
 def movable(ctx: Context, key: str) -> bool:

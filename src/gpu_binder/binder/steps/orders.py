@@ -37,12 +37,31 @@ def order_keys(ctx: Context) -> list[str]:
         if vm is not None:
             if vm.metadata.deletion_timestamp is None:
                 keys.append(k)
-        elif any(v.vm_name is None for v in world.live_vmis(k)):
+            else:
+                ctx.memory.unplaceable.pop(k, None)  # going: it waits for room no more
+        # A standalone VMI being deleted runs on until it ends, but is placed nothing new.
+        elif any(v.vm_name is None and not v.being_deleted for v in world.live_vmis(k)):
             keys.append(k)
         else:
-            ctx.memory.order_deadlines.discard(k)  # gone: nothing left to run out
+            _forget(ctx, k)
+    if scope.full:
+        ctx.prune_said()
     clean.looked_at(keys)
     return keys
+
+
+def _forget(ctx: Context, key: str) -> None:
+    """The order is gone (its VM, or its standalone VMI): its deletion touched its key, so
+    this costs a lookup per change, and memory holds only orders that exist."""
+    memory = ctx.memory
+    memory.order_deadlines.discard(key)  # nothing left to run out
+    memory.unplaceable.pop(key, None)
+    for step in ("orders", "defrag"):  # the verdicts kept about orders waiting for room
+        clean = memory.verdicts(step)
+        clean.pop(key, None)
+        clean.unclean.discard(key)
+    if key not in ctx.world.vmis:
+        ctx.forget_object(key)  # a VMI of that name, ended, may still be told about
 
 
 def _settled(ctx: Context, key: str, signature: object, deadline: datetime) -> None:

@@ -8,7 +8,10 @@ from gpu_binder.binder.context import Context
 
 
 def in_use(ctx: Context, d: GPUDevice) -> bool:
-    """Judged on the attachment alone, so it holds even when placement failed or is off."""
+    """Judged on the attachment alone, so it holds even when placement failed or is off.
+
+    A VMI being deleted still uses the device until it ends (see VirtualMachineInstance.live).
+    """
     att = d.status.attachment
     if att is None:
         return False

@@ -1,6 +1,13 @@
-"""Bind requests: the webhook waits, so this step answers them before anything else."""
+"""Bind requests: the webhook waits, so this step answers them before anything else.
+
+It also deletes the answered requests their webhook left behind: the webhook deletes a
+request once it has read the answer, but a webhook that died in between leaves it, and a
+standalone VMI's request has no owner to be garbage-collected with.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
@@ -9,12 +16,53 @@ from gpu_binder.binder.steps.completion import complete, request_alternatives
 from gpu_binder.binder.steps.moves import move_reason, relocate
 from gpu_binder.binder.steps.sets import set_node
 
+# An answered request lives this many bind timeouts before the binder deletes it: its
+# webhook stopped waiting after one, so a request still there well past that was left.
+LEFT_AFTER_TIMEOUTS = 4
+# Deletions per pass: a backlog (webhooks down for a while) goes over a few passes,
+# and never delays the answers a pass makes.
+DELETIONS_PER_PASS = 50
+
 
 def bind_requests(ctx: Context) -> None:
     world = ctx.world
     for rkey in sorted(world.pending_requests):
         req = world.requests[rkey]
         _answer(ctx, req, rkey)
+    _delete_left(ctx)
+
+
+def _expires(ctx: Context, req: GPUBindRequest) -> datetime:
+    answered = req.status.answered_at or req.metadata.creation_timestamp or ctx.now
+    return answered + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout
+
+
+def _delete_left(ctx: Context) -> None:
+    """Delete answered requests left past their time, in O(due) per pass: requests join
+    the deadlines as this binder answers them, and on its first sweep (or a class change)
+    those answered before it, by an earlier leader."""
+    world = ctx.world
+    expiry = ctx.memory.request_expiry
+    if ctx.scope.exhaustive:
+        for rkey, req in world.requests.items():
+            if req.status.phase != RequestPhase.PENDING:
+                expiry.set(rkey, _expires(ctx, req))
+    deleted = 0
+    for rkey in expiry.due(ctx.now):
+        left = world.requests.get(rkey)
+        if left is None or left.status.phase == RequestPhase.PENDING:
+            # Gone, or its answer was never written: it joins again once answered.
+            expiry.discard(rkey)
+            continue
+        when = _expires(ctx, left)
+        if when > ctx.now:
+            expiry.set(rkey, when)
+            continue
+        if deleted >= DELETIONS_PER_PASS:
+            break  # the rest stay due for the next pass
+        # Kept in the deadlines until the world has it gone, so a failed delete is retried.
+        ctx.plan.write("delete", left)
+        deleted += 1
 
 
 def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
@@ -73,3 +121,5 @@ def _reply(
         }
     )
     ctx.plan.write("status", req.model_copy(update={"status": status}))
+    key = f"{req.metadata.namespace}/{req.metadata.name}"
+    ctx.memory.request_expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)

@@ -11,7 +11,9 @@ def order_exists(ctx: Context, key: str) -> bool:
     vm = ctx.world.vms.get(key)
     if vm is not None:
         return vm.metadata.deletion_timestamp is None
-    return any(v.vm_name is None for v in ctx.world.live_vmis(key))
+    # A standalone VMI being deleted is an order on its way out, as a VM being deleted is:
+    # what it uses stays attached until it ends, the rest of its set goes.
+    return any(v.vm_name is None and not v.being_deleted for v in ctx.world.live_vmis(key))
 
 
 def set_node(devs: list[GPUDevice]) -> str:
