@@ -165,3 +165,21 @@ async def test_resolving_an_ambiguous_match_clears_the_error_and_serves_the_devi
     assert cluster.device(device).status.conditions == ()
     [ready] = [c for c in cluster.gpu_class_status().conditions if c.type == "Ready"]
     assert ready.status == "True"
+
+
+async def test_of_two_classes_naming_one_resource_the_older_serves_and_the_newer_says_so(
+    cluster: Cluster,
+) -> None:
+    [old_device] = cluster.node("node-a", 1)
+    await cluster.settle_after(minutes=10)
+    # Newer, and first by name: neither lets it take the resource VMs order from h100.
+    cluster.gpu_class("a-typo", resource=H100_RESOURCE, device_id="0x2331")
+    cluster.node("node-b", 1, class_name="a-typo")
+    cluster.vm("vm", 1)
+    await cluster.settle()
+    assert cluster.set_of("vm") == [old_device]
+    [ready] = [c for c in cluster.gpu_class_status("a-typo").conditions if c.type == "Ready"]
+    assert (ready.status, ready.reason) == ("False", "DuplicateResourceName")
+    assert "served by class h100" in ready.message
+    [ready] = [c for c in cluster.gpu_class_status().conditions if c.type == "Ready"]
+    assert ready.status == "True"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from gpu_binder.api.kinds import Event, KubeVirt
@@ -187,7 +187,12 @@ class World:
         _put(self.classes, cls.metadata.name, cls, deleted)
         if not deleted and old is not None and old.spec == cls.spec:
             return  # a status write: nothing a decision reads changed
-        self.class_by_resource = {c.spec.resource_name: c for c in self.classes.values()}
+        # Two classes naming one resourceName: the older serves it, so a new class with a
+        # typo never takes the resource of the VMs already ordering from the old one
+        # (the newer is shown not Ready, see steps.status).
+        self.class_by_resource = {}
+        for c in sorted(self.classes.values(), key=_age):
+            self.class_by_resource.setdefault(c.spec.resource_name, c)
         # The webhook rewrites an admitted VMI's entries to slot resources: a standalone
         # VMI, its own order, is read from those (see _order), by their vendor-device part.
         self.class_by_slot = {}
@@ -340,6 +345,12 @@ WATCHED: tuple[type[Any], ...] = (
     GPUUsageRecord,
     KubeVirt,
 )
+
+
+def _age(cls: GPUClass) -> tuple[datetime, str]:
+    """Oldest first, then by name (a class not yet stored sorts last)."""
+    created = cls.metadata.creation_timestamp
+    return (created or datetime.max.replace(tzinfo=UTC), cls.metadata.name)
 
 
 def _put(store: dict[str, Any], key: str, obj: Any, deleted: bool) -> None:

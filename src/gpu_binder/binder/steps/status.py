@@ -43,7 +43,18 @@ def class_status(ctx: Context) -> None:
             message="devices are classified",
             last_transition_time=ctx.now,
         )
-        if name in ambiguous:
+        serving = ctx.world.class_by_resource.get(cls.spec.resource_name)
+        if serving is not None and serving.metadata.name != name:
+            ready = ready.model_copy(
+                update={
+                    "status": "False",
+                    "reason": "DuplicateResourceName",
+                    "message": f"resourceName {cls.spec.resource_name} is served by class "
+                    f"{serving.metadata.name}, the older; give this class a resourceName "
+                    "of its own",
+                }
+            )
+        elif name in ambiguous:
             shown = ambiguous[name]
             more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
             ready = ready.model_copy(
