@@ -350,10 +350,12 @@ class Cluster:
         owned: bool = True,
         resource: str = H100_RESOURCE,
         gpus: int | None = None,
+        scheduled: datetime | None = None,
     ) -> VirtualMachineInstance:
         """A VMI of the VM as KubeVirt runs it after the webhook admitted it: on its set's
         node, annotated with its set. `devices`/`node` override what the webhook said;
-        devices=() leaves the annotation out (a VMI the webhook never saw)."""
+        devices=() leaves the annotation out (a VMI the webhook never saw); `scheduled`
+        is when KubeVirt recorded it Scheduled."""
         vm = self.client.peek(VirtualMachine, name, NAMESPACE) if owned else None
         if devices is None:
             names = sorted(self.world.devices.by_vm.get(f"{NAMESPACE}/{name}", set()))
@@ -397,6 +399,9 @@ class Cluster:
             "spec": template,
             "status": {"phase": phase, "nodeName": node},
         }
+        if scheduled is not None:
+            stamp = {"phase": "Scheduled", "phaseTransitionTimestamp": scheduled.isoformat()}
+            raw["status"]["phaseTransitionTimestamps"] = [stamp]
         return self.client.put(VirtualMachineInstance.from_dict(raw))
 
     def vmi(self, name: str) -> VirtualMachineInstance:

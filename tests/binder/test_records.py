@@ -91,6 +91,20 @@ async def test_an_interval_that_ended_while_the_binder_was_down_closes_at_the_fi
     assert [r.spec.end for r in cluster.records()] == [finished, finished]
 
 
+async def test_an_interval_that_began_while_the_binder_was_down_opens_at_the_vmis_start(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+    scheduled = cluster.clock.now
+    cluster.start("vm", scheduled=scheduled)
+    cluster.clock.advance(minutes=10)  # the binder is down meanwhile
+    cluster.restart()
+    await cluster.settle()
+    assert [r.spec.start for r in cluster.records()] == [scheduled, scheduled]
+
+
 async def test_records_open_and_close_even_when_the_binder_is_disabled(
     cluster: Cluster,
 ) -> None:

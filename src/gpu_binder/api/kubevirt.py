@@ -16,6 +16,8 @@ from gpu_binder.api.types import CLASSES_ANNOTATION
 
 KUBEVIRT_API_VERSION = "kubevirt.io/v1"
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+# The phases of a VMI whose launcher pod holds its node's devices.
+STARTED_PHASES = frozenset({"Scheduled", "Running"})
 # runStrategy values under which KubeVirt keeps a VMI running.
 RUNNING_STRATEGIES = frozenset({"Always", "RerunOnFailure", "Once"})
 
@@ -146,6 +148,8 @@ class VirtualMachineInstance:
     device_names: tuple[str, ...]
     finished_at: datetime | None
     raw: dict[str, Any] = field(compare=False, repr=False)
+    # When its launcher pod got a node, and with it the node's devices (Scheduled).
+    started_at: datetime | None = None
     # For a standalone VMI, its own order: what it asks of its node, and its alternatives.
     cpu_milli: int = 0
     memory_bytes: int = 0
@@ -180,9 +184,15 @@ class VirtualMachineInstance:
         status = raw.get("status") or {}
         phase = str(status.get("phase") or "Pending")
         finished: datetime | None = None
+        started: datetime | None = None
         for t in status.get("phaseTransitionTimestamps") or ():
-            if isinstance(t, dict) and t.get("phase") in ENDED_PHASES:
-                finished = _time(t.get("phaseTransitionTimestamp"))
+            if not isinstance(t, dict):
+                continue
+            at = _time(t.get("phaseTransitionTimestamp"))
+            if t.get("phase") in ENDED_PHASES:
+                finished = at
+            elif t.get("phase") in STARTED_PHASES and at is not None:
+                started = at if started is None else min(started, at)
         spec = raw.get("spec") or {}
         meta = raw.get("metadata") or {}
         cpu, memory = _requests(spec)
@@ -192,6 +202,7 @@ class VirtualMachineInstance:
             node_name=str(status.get("nodeName") or ""),
             device_names=_gpu_names(spec),
             finished_at=finished,
+            started_at=started,
             raw=raw,
             cpu_milli=cpu,
             memory_bytes=memory,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
@@ -95,6 +97,18 @@ def _detach_ended(ctx: Context) -> None:
         ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
 
 
+def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
+    """When the VMI began to hold the device: when its launcher pod got the node
+    (Scheduled), so an attachment noticed late — after a failover or an outage — is billed
+    from then; never before the device's last detach (one interval at a time), nor
+    after now."""
+    since = vmi.started_at or ctx.now
+    detached = d.status.detached_at
+    if detached is not None and detached > since:
+        since = detached
+    return min(since, ctx.now)
+
+
 def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     """Attach the VMI's devices; False while it waits for adoption (a clock matters)."""
     world = ctx.world
@@ -116,7 +130,7 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
             continue
         phase = d.status.phase if d.status.phase == Phase.LOST else Phase.ATTACHED
         status = d.status.model_copy(
-            update={"attachment": Attachment(vmi=ref, since=ctx.now), "phase": phase}
+            update={"attachment": Attachment(vmi=ref, since=_since(ctx, vmi, d)), "phase": phase}
         )
         ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
     have: dict[str, int] = {}
@@ -170,7 +184,10 @@ def _adopt(
             f"VMI {vmi.metadata.name} was already running on {vmi.node_name}",
         )
         status = new.status.model_copy(
-            update={"attachment": Attachment(vmi=ref, since=ctx.now), "phase": Phase.ATTACHED}
+            update={
+                "attachment": Attachment(vmi=ref, since=_since(ctx, vmi, d)),
+                "phase": Phase.ATTACHED,
+            }
         )
         ctx.plan.device_status(new.model_copy(update={"status": status}), placement=True)
     _managed(ctx, vmi.key, vmi.metadata.uid)
