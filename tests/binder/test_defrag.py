@@ -3,6 +3,8 @@ never a running one — a few sets per pass, each move an Event saying why."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpu_binder.api.types import BindReason
 from gpu_binder.binder.steps.defrag import MOVES_PER_PASS
 
@@ -120,3 +122,12 @@ async def test_an_order_needing_more_moves_than_a_pass_allows_gets_them_over_pas
     assert cluster.free_on("node-b") == []
     assert gpu_name("node-b", 0) in cluster.set_of("big")
     assert cluster.violations() == []
+
+
+async def test_with_defrag_off_a_stopped_set_stays_and_the_order_waits(cluster: Cluster) -> None:
+    cluster.restart(replace(cluster.config, defrag=False))
+    await two_half_used_nodes(cluster)
+    cluster.vm("big", 8, running=True)
+    await cluster.settle()
+    assert cluster.set_of("big") == []
+    assert (cluster.node_of("parked-a"), cluster.node_of("parked-b")) == ("node-a", "node-b")

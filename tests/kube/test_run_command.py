@@ -19,6 +19,7 @@ def test_flags_set_the_binders_config_and_the_lease_timings() -> None:
             "--lost-grace=90s",
             "--excluded-namespaces=a, b",
             "--enabled=false",
+            "--defrag=false",
             "--retry-period=500ms",
             "--metrics-port=0",
         ]
@@ -26,7 +27,7 @@ def test_flags_set_the_binders_config_and_the_lease_timings() -> None:
     config, options = settings(args)
     assert config.lost_grace == timedelta(seconds=90)
     assert config.excluded_namespaces == ("a", "b")
-    assert not config.enabled
+    assert not config.enabled and not config.defrag
     assert options.timings.retry_period == 0.5 and options.timings.lease_duration == 15
     assert options.metrics_port is None
 

@@ -21,5 +21,8 @@ class Config:
     resync: timedelta = timedelta(seconds=30)
     conflict_retry: timedelta = timedelta(milliseconds=100)
     excluded_namespaces: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease")
+    # Off: a stopped VM's set stays on its devices, even when moving it would let a
+    # waiting order in (steps.defrag).
+    defrag: bool = True
     kubevirt_namespace: str = "kubevirt"
     kubevirt_name: str = "kubevirt"

@@ -139,9 +139,11 @@ class Reconciler:
             await self._run(attachments.attachments, now, result)
             await self._run(sets.sets, now, result)
         if enabled and not result.aborted:
-            placement = (requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders)
+            placement = [requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders]
             # Defragmentation last: it moves stopped sets for orders the others left waiting.
-            for step in (*placement, defrag.defrag):
+            if self.config.defrag:
+                placement.append(defrag.defrag)
+            for step in placement:
                 await self._run(step, now, result)
                 if result.aborted:
                     break

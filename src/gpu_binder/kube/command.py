@@ -71,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     add("--bind-timeout", default=d.bind_timeout, type=_duration)
     add("--resync", default=d.resync, type=_duration)
     add(
+        "--defrag",
+        default=d.defrag,
+        type=_bool,
+        help="move stopped VMs' sets to make room for an order that fits nowhere",
+    )
+    add(
         "--excluded-namespaces",
         default=d.excluded_namespaces,
         type=_namespaces,
@@ -123,6 +129,7 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
         degraded_grace=args.degraded_grace,
         bind_timeout=args.bind_timeout,
         resync=args.resync,
+        defrag=args.defrag,
         excluded_namespaces=args.excluded_namespaces,
         kubevirt_namespace=args.kubevirt_namespace,
         kubevirt_name=args.kubevirt_name,
