@@ -183,3 +183,20 @@ async def test_of_two_classes_naming_one_resource_the_older_serves_and_the_newer
     assert "served by class h100" in ready.message
     [ready] = [c for c in cluster.gpu_class_status().conditions if c.type == "Ready"]
     assert ready.status == "True"
+
+
+async def test_largest_free_set_counts_only_what_topology_lets_one_order_take(
+    cluster: Cluster,
+) -> None:
+    cluster.gpu_class(topology="NUMA")
+    devices = cluster.node("node-a", 4, numa=[0, 0, 1, 1])
+    # One free GPU left in each NUMA node: 2 free, but a 2-GPU order must sit in one
+    # NUMA node (one of them is that big), so 1 is all one order can have now.
+    cluster.set_unschedulable(devices[0])
+    cluster.set_unschedulable(devices[2])
+    await cluster.settle()
+    assert cluster.gpu_class_status().largest_free_set == 1
+    # Three free: bigger than either NUMA node, an order of 3 may span them.
+    cluster.set_unschedulable(devices[2], False)
+    await cluster.settle()
+    assert cluster.gpu_class_status().largest_free_set == 3

@@ -9,18 +9,47 @@ from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.steps.devices import matching_classes
+from gpu_binder.placement.topology import domain_of
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:
-    """The most free devices of the class on one node that may take a set."""
+    """The largest set of the class one node could take now: its most free devices, or
+    under NUMA or NVLink topology the most that placement would pick there."""
     groups = ctx.world.devices.states.groups.get(class_name, {})
     degraded, usable = ctx.memory.degraded, ctx.world.node_usable
+    cls = ctx.world.classes.get(class_name)
+    topology = cls.spec.placement.topology if cls is not None else "Node"
+    best = 0
     # Nodes are grouped by free state: the first usable node of the fullest state wins,
-    # so this costs the states (a few dozen), not the nodes.
+    # so this costs the states (a few dozen), not the nodes; under topology the nodes of
+    # the fullest states until none can beat what was found.
     for state in sorted(groups, reverse=True):
-        if any(node not in degraded and usable(node) for node in groups[state]):
-            return state[0]
-    return 0
+        if state[0] <= best:
+            break
+        for node in groups[state]:
+            if node in degraded or not usable(node):
+                continue
+            if topology == "Node":
+                return state[0]
+            best = max(best, _pickable(ctx, class_name, node, topology))
+    return best
+
+
+def _pickable(ctx: Context, class_name: str, node: str, topology: str) -> int:
+    """The largest order placement.pick_devices takes on the node: one that fits a domain's
+    free devices, or any up to all free once no domain of the node is that big."""
+    devices = ctx.world.devices
+    free = devices.free_on(class_name, node)
+    sizes: dict[str, int] = {}
+    free_in: dict[str, int] = {}
+    for name in devices.names_on(node):
+        d = devices.by_name[name]
+        if d.status.class_name == class_name:
+            k = domain_of(d, topology)
+            sizes[k] = sizes.get(k, 0) + 1
+            if name in free:
+                free_in[k] = free_in.get(k, 0) + 1
+    return len(free) if len(free) > max(sizes.values(), default=0) else max(free_in.values())
 
 
 def class_status(ctx: Context) -> None:
