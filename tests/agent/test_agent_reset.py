@@ -62,6 +62,56 @@ async def test_a_cleaning_gpu_is_reset_through_sysfs_and_records_last_reset(
     assert reset_writes(host, L40S_GPUS[1]) == ""
 
 
+async def test_a_reset_echoes_the_release_it_cleaned_in_last_reset_for(tmp_path: Path) -> None:
+    _, client = await node_with_a_cleaning_gpu(tmp_path)
+    report = await agent(tmp_path, client).run_pass()
+    assert report.resets.released == {GPU: RELEASED}
+    assert device(client).spec.last_reset_for == RELEASED
+
+
+async def test_a_node_clock_behind_the_binders_resets_once_per_release(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    behind = RELEASED - timedelta(hours=1)
+    await agent(tmp_path, client, now=behind).run_pass()
+    assert reset_writes(host) == "1"
+    (host.path(GPU) / "reset").write_text("")
+    writes = client.writes
+    # lastReset is earlier than releasedAt, yet the echo says this release is done.
+    await agent(tmp_path, client, now=behind + timedelta(seconds=10)).run_pass()
+    assert reset_writes(host) == ""
+    assert client.writes == writes
+    spec = device(client).spec
+    assert (spec.last_reset, spec.last_reset_for) == (behind, RELEASED)
+
+
+async def test_a_node_clock_ahead_of_the_binders_still_resets_for_the_next_release(
+    tmp_path: Path,
+) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    ahead = RELEASED + timedelta(days=1)
+    await agent(tmp_path, client, now=ahead).run_pass()
+    # Released again an hour later by the binder's clock: before the first lastReset.
+    second = RELEASED + timedelta(hours=1)
+    await set_status(client, GPU, phase=Phase.CLEANING, released_at=second)
+    (host.path(GPU) / "reset").write_text("")
+    await agent(tmp_path, client, now=ahead + timedelta(seconds=1)).run_pass()
+    assert reset_writes(host) == "1"
+    assert device(client).spec.last_reset_for == second
+
+
+async def test_an_older_agents_last_reset_only_record_brings_one_reset_that_echoes_the_release(
+    tmp_path: Path,
+) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    d = device(client)
+    await client.update(
+        d.model_copy(update={"spec": d.spec.model_copy(update={"last_reset": NOW})})
+    )
+    await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == "1"
+    assert device(client).spec.last_reset_for == RELEASED
+
+
 async def test_a_gpu_reset_since_its_release_is_not_reset_again(tmp_path: Path) -> None:
     host, client = await node_with_a_cleaning_gpu(tmp_path)
     await agent(tmp_path, client).run_pass()

@@ -165,6 +165,21 @@ async def test_an_admins_unschedulable_and_the_last_reset_survive_rescans(tmp_pa
     assert client.writes == writes
 
 
+async def test_the_release_a_reset_cleaned_survives_rescans(tmp_path: Path) -> None:
+    l40s_x4(tmp_path)
+    client = MemoryClient()
+    a = agent(tmp_path, client)
+    await a.run_pass()
+    d = by_address(client)[L40S_GPUS[0]]
+    when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    spec = d.spec.model_copy(update={"last_reset": when, "last_reset_for": when})
+    await client.update(d.model_copy(update={"spec": spec}))
+    writes = client.writes
+    await a.run_pass()
+    assert by_address(client)[L40S_GPUS[0]].spec.last_reset_for == when
+    assert client.writes == writes
+
+
 async def test_a_gpu_whose_files_cannot_be_read_is_unhealthy_not_deleted(tmp_path: Path) -> None:
     host = l40s_x4(tmp_path)
     client = MemoryClient()

@@ -255,6 +255,14 @@ def test_optional_fields_are_nullable_and_times_are_date_time_strings() -> None:
     assert node("GPUUsageRecord", "spec", "end")["nullable"] is True
 
 
+def test_the_release_a_reset_cleaned_is_in_the_schema_so_the_server_keeps_it() -> None:
+    assert node("GPUDevice", "spec", "lastResetFor") == {
+        "type": "string",
+        "format": "date-time",
+        "nullable": True,
+    }
+
+
 def test_an_optional_enum_is_not_nullable_so_the_server_prunes_a_null_instead_of_refusing_it() -> (
     None
 ):

@@ -97,6 +97,7 @@ GPU_DEVICE: dict[str, Any] = {
         "health": "Unhealthy",
         "healthMessage": "XID 79",
         "lastReset": "2024-05-01T09:00:00Z",
+        "lastResetFor": "2024-05-01T08:00:00Z",
         "unschedulable": True,
     },
     "status": {

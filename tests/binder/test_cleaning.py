@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gpu_binder.api.types import Phase
 
@@ -25,6 +25,14 @@ async def test_a_released_device_is_cleaning_until_its_agent_resets_it(cluster: 
     d = cluster.device(device)
     assert d.status.phase == Phase.CLEANING
     assert d.status.released_at == cluster.clock.now
+
+
+def agent_reset(cluster: Cluster, device: str, at: datetime, released: datetime) -> None:
+    """The agent's record of a reset: when, by the node's clock, and which release it
+    cleaned (the releasedAt it saw, echoed in lastResetFor)."""
+    d = cluster.device(device)
+    spec = d.spec.model_copy(update={"last_reset": at, "last_reset_for": released})
+    cluster.client.put(d.model_copy(update={"spec": spec}))
 
 
 async def test_a_cleaning_device_is_not_bound_to_the_next_order(cluster: Cluster) -> None:
@@ -74,4 +82,38 @@ async def test_with_cleaning_none_a_released_device_is_available_at_once(
 async def test_a_new_device_is_available_without_a_reset(cluster: Cluster) -> None:
     [device] = cluster.node("node-a", 1)
     await cluster.settle()
+    assert cluster.phase(device) == Phase.AVAILABLE
+
+
+async def test_a_reset_for_an_earlier_release_does_not_end_cleaning_when_the_node_clock_is_ahead(
+    cluster: Cluster,
+) -> None:
+    device = await released_device(cluster)
+    released = cluster.device(device).status.released_at
+    assert released is not None
+    # Reset for a release an hour before, stamped a day later by a node running fast.
+    agent_reset(cluster, device, released + timedelta(days=1), released - timedelta(hours=1))
+    await cluster.settle()
+    assert cluster.phase(device) == Phase.CLEANING
+
+
+async def test_a_reset_echoing_the_release_ends_cleaning_when_the_node_clock_is_behind(
+    cluster: Cluster,
+) -> None:
+    device = await released_device(cluster)
+    released = cluster.device(device).status.released_at
+    assert released is not None
+    agent_reset(cluster, device, released - timedelta(hours=1), released)
+    await cluster.settle()
+    assert cluster.phase(device) == Phase.AVAILABLE
+
+
+async def test_an_old_agents_last_reset_after_the_release_still_ends_cleaning(
+    cluster: Cluster,
+) -> None:
+    # An agent that predates lastResetFor writes lastReset only: accepted by time.
+    device = await released_device(cluster)
+    cluster.reset(device, at=cluster.clock.now + timedelta(seconds=1))
+    await cluster.settle()
+    assert cluster.device(device).spec.last_reset_for is None
     assert cluster.phase(device) == Phase.AVAILABLE

@@ -147,6 +147,20 @@ async def test_a_released_device_is_reset(
     assert reset is not None and reset.spec.last_reset == clock.now()
 
 
+async def test_a_released_device_is_reset_once_for_its_release(
+    store: MemoryClient, fleet: AgentFleet, clock: VirtualClock
+) -> None:
+    await fleet.add_node("n1", 1)
+    d = await released(store, devices_of(store, "n1")[0], clock)
+    clock.advance(5)
+    await fleet.step()
+    clock.advance(5)
+    await fleet.step()
+    reset = store.peek(GPUDevice, d.name)
+    assert reset is not None and reset.spec.last_reset_for == d.status.released_at
+    assert fleet.resets_done == 1
+
+
 async def test_a_reset_takes_the_reset_delay(store: MemoryClient, clock: VirtualClock) -> None:
     fleet = AgentFleet(store, clock.now, reset_delay=30)
     await fleet.add_node("n1", 1)

@@ -1,9 +1,12 @@
 """Function-level reset of released GPUs, so no tenant finds the last one's memory.
 
 The agent resets its node's devices in phase Cleaning through sysfs and then records
-`spec.lastReset`; the binder ends Cleaning only when lastReset is later than
-`status.releasedAt`. A device whose reset fails is reported Unhealthy and keeps being
-retried while nothing uses it, so it is never handed on dirty.
+`spec.lastReset` (when, by the node's clock) and `spec.lastResetFor`: the
+`status.releasedAt` it saw before the reset, copied verbatim. The binder ends Cleaning
+only when lastResetFor equals releasedAt, its own timestamp echoed back, so no clocks of
+two machines are compared: a reset made for an earlier release never passes for this
+one, and a reset for this one is never repeated. A device whose reset fails is reported
+Unhealthy and keeps being retried while nothing uses it, so it is never handed on dirty.
 """
 
 from __future__ import annotations
@@ -54,19 +57,29 @@ class SysfsResetter:
 
 @dataclass(slots=True)
 class ResetOutcome:
+    # address -> when the reset was made, by the node's clock (spec.lastReset).
     done: dict[str, datetime] = field(default_factory=dict)
+    # address -> the status.releasedAt seen before the reset (spec.lastResetFor); absent
+    # for a reset of a device that names no release.
+    released: dict[str, datetime] = field(default_factory=dict)
     # address -> health message of the failure.
     failed: dict[str, str] = field(default_factory=dict)
 
 
 def wants_reset(device: GPUDevice) -> bool:
-    """A Cleaning device not reset since its release, with no VMI on it."""
+    """A Cleaning device not reset for its current release, with no VMI on it.
+
+    Whether it was is told by lastResetFor, never by comparing lastReset with releasedAt:
+    a lastReset-only record of an older agent brings one more reset, which is harmless.
+    """
     status = device.status
     if status.phase != Phase.CLEANING or status.attachment is not None:
         return False
-    last = device.spec.last_reset
     released = status.released_at
-    return last is None or (released is not None and utc(last) < utc(released))
+    if released is None:
+        return device.spec.last_reset is None
+    echoed = device.spec.last_reset_for
+    return echoed is None or utc(echoed) != utc(released)
 
 
 def remembered_failures(devices: Iterable[GPUDevice]) -> dict[str, str]:
@@ -100,10 +113,15 @@ def candidates(
 
 
 async def reset_devices(
-    addresses: Iterable[str], resetter: Resetter, clock: Callable[[], datetime]
+    devices: Iterable[GPUDevice], resetter: Resetter, clock: Callable[[], datetime]
 ) -> ResetOutcome:
-    """Reset each address in a worker thread (the kernel blocks for the reset's duration)."""
+    """Reset each device in a worker thread (the kernel blocks for the reset's duration).
+
+    Each success records the releasedAt the device showed before its reset: that release
+    is the one the reset cleaned.
+    """
     outcome = ResetOutcome()
+    released = {d.spec.pci_address: d.status.released_at for d in devices}
 
     async def one(address: str) -> None:
         try:
@@ -114,6 +132,8 @@ async def reset_devices(
             )
         else:
             outcome.done[address] = clock()
+            if (at := released[address]) is not None:
+                outcome.released[address] = at
 
-    await asyncio.gather(*(one(a) for a in sorted(set(addresses))))
+    await asyncio.gather(*(one(a) for a in sorted(released)))
     return outcome

@@ -144,9 +144,7 @@ class NodeAgent:
 
         failures = remembered_failures(existing)
         todo = candidates(existing, found, failures)
-        report.resets = await reset_devices(
-            [d.spec.pci_address for d in todo], self.resetter, self.clock
-        )
+        report.resets = await reset_devices(todo, self.resetter, self.clock)
         for address, message in failures.items():
             # A failure not retried this pass still stands until a reset succeeds.
             if address not in report.resets.done:

@@ -109,6 +109,10 @@ def plan(
             health = Health.UNHEALTHY
             message = "; ".join(m for m in (message, resets.failed[address]) if m)
         last_reset = resets.done.get(address) or (prev.spec.last_reset if prev else None)
+        # The release a reset cleaned, echoed for the binder (see agent.reset).
+        last_reset_for = resets.released.get(address) or (
+            prev.spec.last_reset_for if prev else None
+        )
         spec = GPUDeviceSpec(
             node_name=node,
             pci_address=address,
@@ -124,6 +128,7 @@ def plan(
             health=health,
             health_message=message,
             last_reset=last_reset,
+            last_reset_for=last_reset_for,
             # An admin's cordon of one device outlives every rescan.
             unschedulable=prev.spec.unschedulable if prev else False,
         )

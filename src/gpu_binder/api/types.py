@@ -138,7 +138,12 @@ class GPUDeviceSpec(Model):
     driver: str = ""
     health: Health = Health.HEALTHY
     health_message: str = ""
+    # When the agent last reset the GPU (function-level reset), by the node's clock:
+    # informational, but for the record of an agent that predates last_reset_for.
     last_reset: datetime | None = None
+    # The binder's status.releasedAt the agent saw when it made that reset, echoed back
+    # verbatim: the binder ends Cleaning when it equals releasedAt, comparing no clocks.
+    last_reset_for: datetime | None = None
     unschedulable: bool = False
 
 

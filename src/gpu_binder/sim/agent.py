@@ -192,7 +192,10 @@ class AgentFleet:
             released = d.status.released_at
             if released is not None and (now - utc(released)).total_seconds() < self.reset_delay:
                 continue
-            out.setdefault(node.name, ResetOutcome()).done[d.spec.pci_address] = now
+            outcome = out.setdefault(node.name, ResetOutcome())
+            outcome.done[d.spec.pci_address] = now
+            if released is not None:
+                outcome.released[d.spec.pci_address] = released
         return out
 
     async def _sync_node(self, node: SimNode, resets: ResetOutcome) -> int:

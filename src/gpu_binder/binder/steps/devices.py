@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.meta import Condition
+from gpu_binder.api.meta import Condition, utc
 from gpu_binder.api.types import FINALIZER, GPUClass, GPUDevice, Phase
 from gpu_binder.binder.context import Context
 
@@ -64,10 +64,28 @@ def classify(ctx: Context) -> None:
     world.dirty.clear()
     for name in sorted(devices.cleaning):
         d = devices.by_name[name]
-        reset, released = d.spec.last_reset, d.status.released_at
-        if reset is not None and (released is None or reset >= released):
+        if cleaned(d):
             status = d.status.model_copy(update={"phase": Phase.AVAILABLE})
             ctx.plan.device_status(d.model_copy(update={"status": status}))
+
+
+def cleaned(d: GPUDevice) -> bool:
+    """Whether the agent reset d for its current release (invariant 4).
+
+    The agent echoes the releasedAt it saw into spec.lastResetFor when it resets, so the
+    binder's own timestamp comes back and no two machines' clocks are compared.
+    """
+    released, echoed, reset = d.status.released_at, d.spec.last_reset_for, d.spec.last_reset
+    if released is not None and echoed is not None:
+        return utc(echoed) == utc(released)
+    if reset is None:
+        return False
+    if released is None:
+        return True  # a Cleaning that names no release: any reset will do
+    # An agent older than lastResetFor records lastReset only: accepted by time so that a
+    # rolling upgrade strands no device in Cleaning, with the old rule's caveat that a
+    # node clock running ahead can pass off an earlier reset as this release's.
+    return utc(reset) >= utc(released)
 
 
 def _condition(ctx: Context, d: GPUDevice, reason: str, message: str) -> tuple[Condition, ...]:
