@@ -229,6 +229,7 @@ def other_values(
             "vendors": ["0x10de", "0x1002"],
             "nodeSelector": None,
         },
+        "slotResourcePolicy": {"kubevirtNamespace": "cozy-kubevirt"},
         "rbac": {"tenantRole": False},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
         "dashboard": {"namespace": monitoring},
@@ -289,9 +290,18 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     ]
     assert "nodeSelector" not in agent
     assert "device-plugins" not in {v["name"] for v in agent["volumes"]}
-    policy = one(docs, "ValidatingAdmissionPolicy")
-    (condition,) = policy["spec"]["matchConditions"]
+    policies = by_key(docs)
+    (condition,) = policies[("ValidatingAdmissionPolicy", "gb-agent-own-node")]["spec"][
+        "matchConditions"
+    ]
     assert "'system:serviceaccount:gpu-system:gb-agent'" in condition["expression"]
+    slots = policies[("ValidatingAdmissionPolicy", "gb-slot-resources")]["spec"]
+    (condition,) = slots["matchConditions"]
+    user = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
+    assert condition["expression"] == f"request.userInfo.username != '{user}'"
+    assert user in slots["validations"][0]["message"]
+    binding = policies[("ValidatingAdmissionPolicyBinding", "gb-slot-resources")]
+    assert binding["spec"]["policyName"] == "gb-slot-resources"
     assert one(docs, "ConfigMap")["metadata"]["namespace"] == "monitoring"
     assert_consistent(docs, "gpu-system")
 
@@ -336,11 +346,17 @@ def assert_consistent(docs: list[dict[str, Any]], namespace: str) -> None:
                 p["name"] for p in service["spec"]["ports"]
             }
     agent = [d for d in docs if d["kind"] == "DaemonSet"]
-    policy = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    # The agent's policy is the one about GPUDevices; the other is the slot resources'.
+    policy = [p for p in policies if p["metadata"]["name"].endswith("-agent-own-node")]
     if agent and policy:
         account = agent[0]["spec"]["template"]["spec"]["serviceAccountName"]
         user = f"'system:serviceaccount:{namespace}:{account}'"
         assert user in policy[0]["spec"]["matchConditions"][0]["expression"]
+    bound = {
+        d["spec"]["policyName"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    assert bound == {p["metadata"]["name"] for p in policies}
 
 
 @pytest.mark.parametrize(
@@ -353,6 +369,10 @@ def assert_consistent(docs: list[dict[str, Any]], namespace: str) -> None:
             "webhook.secret.tlsCrt is required",
         ),
         ({"webhook": {"timeoutSeconds": 31}}, "between 1 and 30"),
+        (
+            {"slotResourcePolicy": {"kubevirtNamespace": "kube' || true"}},
+            "slotResourcePolicy.kubevirtNamespace must be a namespace name",
+        ),
     ],
 )
 def test_values_that_cannot_work_are_refused_with_the_reason(
