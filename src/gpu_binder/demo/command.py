@@ -29,13 +29,18 @@ def summary(c: Cluster) -> Table:
         ("bound on a webhook's request", reasons.get("GPURequest", 0)),
         ("sets moved", reasons.get("GPUMove", 0)),
         ("rebound after a loss", reasons.get("GPURebind", 0)),
+        ("room made for an order", reasons.get("GPUMadeRoom", 0)),
         ("adopted", reasons.get("GPUAdopted", 0)),
         ("releases", reasons.get("GPUReleased", 0)),
         ("devices lost", reasons.get("GPULost", 0)),
+        ("devices recovered", reasons.get("GPURecovered", 0)),
+        ("orders that had to wait", reasons.get("GPUUnplaceable", 0)),
+        ("starts refused", reasons.get("GPURefused", 0)),
         (
             "bind requests answered / failed",
             f"{c.stats.requests_answered} / {c.stats.requests_failed}",
         ),
+        ("VMIs denied by the webhook", len(c.kubevirt.denials)),
         ("usage records open", sum(1 for r in records if r.spec.end is None)),
         ("usage records closed", sum(1 for r in records if r.spec.end is not None)),
         (

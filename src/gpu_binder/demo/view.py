@@ -74,7 +74,7 @@ def decisions(c: Cluster, lines: int = 10) -> Panel:
     return Panel(text, title="decisions (Events, with their reasons)", border_style="blue")
 
 
-def story(c: Cluster, lines: int = 4) -> Panel:
+def story(c: Cluster, lines: int = 6) -> Panel:
     said = [text for _, who, text in c.log.lines if who in ("demo", "webhook")][-lines:]
     return Panel(Text("\n".join(said)), title="what happens", border_style="green")
 
