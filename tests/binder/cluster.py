@@ -18,6 +18,7 @@ from gpu_binder.api.meta import ObjectMeta, OwnerReference
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     NODE_ANNOTATION,
+    USAGE_FINALIZER,
     ClassCount,
     GPUBindRequest,
     GPUBindRequestSpec,
@@ -351,11 +352,13 @@ class Cluster:
         resource: str = H100_RESOURCE,
         gpus: int | None = None,
         scheduled: datetime | None = None,
+        finalizers: Iterable[str] | None = None,
     ) -> VirtualMachineInstance:
         """A VMI of the VM as KubeVirt runs it after the webhook admitted it: on its set's
-        node, annotated with its set. `devices`/`node` override what the webhook said;
-        devices=() leaves the annotation out (a VMI the webhook never saw); `scheduled`
-        is when KubeVirt recorded it Scheduled."""
+        node, annotated with its set, holding the webhook's usage finalizer.
+        `devices`/`node` override what the webhook said; devices=() leaves the annotation
+        and the finalizer out (a VMI the webhook never saw); `scheduled` is when KubeVirt
+        recorded it Scheduled; `finalizers` replaces the webhook's."""
         vm = self.client.peek(VirtualMachine, name, NAMESPACE) if owned else None
         if devices is None:
             names = sorted(self.world.devices.by_vm.get(f"{NAMESPACE}/{name}", set()))
@@ -367,6 +370,10 @@ class Cluster:
         meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE}
         if names:
             meta["annotations"] = {DEVICES_ANNOTATION: ",".join(names)}
+        if finalizers is None:
+            finalizers = [USAGE_FINALIZER] if names else []
+        if finalizers:
+            meta["finalizers"] = list(finalizers)
         if vm is not None:
             meta["ownerReferences"] = [
                 OwnerReference(

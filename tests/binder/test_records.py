@@ -1,10 +1,15 @@
 """Usage records: one per attachment interval, closed with the VMI's finish time, never
-duplicated, surviving binder restarts."""
+duplicated, surviving binder restarts; and the webhook's usage finalizer, which keeps a
+VMI (and its finish time) until its records are closed."""
 
 from __future__ import annotations
 
-from gpu_binder.api.types import usage_record_name
+from typing import Any
+
+from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.types import USAGE_FINALIZER, GPUUsageRecord, usage_record_name
 from gpu_binder.binder.config import Config
+from gpu_binder.client.interface import WatchEvent
 
 from .cluster import NAMESPACE, Cluster
 
@@ -125,3 +130,117 @@ async def test_a_closed_record_is_never_written_again(cluster: Cluster) -> None:
     closed = [r.metadata.resource_version for r in cluster.records()]
     await cluster.settle_after(hours=1)
     assert [r.metadata.resource_version for r in cluster.records()] == closed
+
+
+# --- the usage finalizer: a VMI stays until its records are closed -------------------
+
+
+def held(cluster: Cluster, name: str = "vm") -> bool:
+    """Whether the VMI is still there with the webhook's usage finalizer."""
+    vmi = cluster.client.peek(VirtualMachineInstance, name, NAMESPACE)
+    return vmi is not None and USAGE_FINALIZER in vmi.metadata.finalizers
+
+
+async def test_a_vmi_ended_and_deleted_while_the_binder_was_down_is_billed_to_its_finish(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    finished = cluster.clock.advance(hours=1)
+    await cluster.stop("vm")  # KubeVirt ends and deletes it; no binder runs
+    cluster.clock.advance(hours=3)
+    cluster.restart()
+    await cluster.settle()
+    assert [r.spec.end for r in cluster.records()] == [finished, finished]
+
+
+async def test_the_usage_finalizer_goes_once_the_records_are_closed_and_then_the_vmi_goes(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    await cluster.stop("vm")
+    assert held(cluster), "deleted, it waits for the binder"
+    seen: list[str] = []
+
+    def follow(kind: type, e: WatchEvent[Any]) -> None:
+        if kind is GPUUsageRecord and e.object.spec.end is not None:
+            seen.append("record closed")
+        elif kind is VirtualMachineInstance and e.type == "DELETED":
+            seen.append("VMI gone")
+
+    cluster.client.subscribe(follow)
+    await cluster.settle()
+    assert seen == ["record closed", "record closed", "VMI gone"]
+
+
+async def test_an_ended_vmi_not_deleted_loses_the_usage_finalizer_once_its_records_close(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    cluster.finish("vm")
+    await cluster.settle()
+    assert all(r.spec.end is not None for r in cluster.records())
+    assert cluster.vmi("vm").phase == "Succeeded" and not held(cluster)
+
+
+async def test_a_vmi_deleted_before_it_ever_ran_loses_the_usage_finalizer_at_once(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+    cluster.start("vm", node="", phase="Pending")
+    await cluster.settle()
+    assert held(cluster)
+    await cluster.remove_vmi("vm")
+    await cluster.settle()
+    assert cluster.client.peek(VirtualMachineInstance, "vm", NAMESPACE) is None
+    assert cluster.records() == []
+
+
+async def test_a_vmi_deleted_while_running_keeps_the_usage_finalizer_until_it_finishes(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    await cluster.remove_vmi("vm")  # the guest shuts down: its GPUs are in use until then
+    await cluster.settle_after(minutes=2)
+    assert held(cluster)
+    assert [r.spec.end for r in cluster.records()] == [None, None]
+    finished = cluster.clock.advance(minutes=1)
+    cluster.finish("vm", at=finished)
+    await cluster.settle()
+    assert cluster.client.peek(VirtualMachineInstance, "vm", NAMESPACE) is None
+    assert [r.spec.end for r in cluster.records()] == [finished, finished]
+
+
+async def test_the_usage_finalizer_is_removed_even_when_the_binder_is_disabled(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    cluster.restart(Config(enabled=False))
+    await cluster.stop("vm")
+    await cluster.settle()
+    assert cluster.client.peek(VirtualMachineInstance, "vm", NAMESPACE) is None
+    assert all(r.spec.end is not None for r in cluster.records())
+
+
+async def test_a_conflict_on_removing_the_usage_finalizer_is_retried_on_a_fresh_read(
+    cluster: Cluster,
+) -> None:
+    await running(cluster)
+    await cluster.stop("vm")
+    cluster.client.conflict_next_write(VirtualMachineInstance, "vm", NAMESPACE)
+    result = await cluster.run()
+    assert result.aborted and held(cluster)
+    await cluster.settle()
+    assert cluster.client.peek(VirtualMachineInstance, "vm", NAMESPACE) is None
+
+
+async def test_removing_the_usage_finalizer_keeps_the_other_finalizers(cluster: Cluster) -> None:
+    cluster.node("node-a")
+    cluster.vm("vm", 1, running=True)
+    await cluster.settle()
+    cluster.start("vm", finalizers=["kubevirt.io/foreground", USAGE_FINALIZER])
+    await cluster.settle()
+    cluster.finish("vm")
+    await cluster.settle()
+    assert cluster.vmi("vm").metadata.finalizers == ("kubevirt.io/foreground",)

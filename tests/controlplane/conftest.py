@@ -126,32 +126,38 @@ async def admin(binder_setup: BinderSetup) -> AsyncIterator[KubeClient]:
 StartBinder = Callable[..., Awaitable[Manager]]
 
 
-@pytest.fixture
-async def start_binder(binder_setup: BinderSetup) -> AsyncIterator[StartBinder]:
-    """start_binder(config=Config(...)): a running binder with its webhook; stopped after."""
-    from realcluster import BINDER_SA, uid
+class Binders:
+    """start_binder(config=Config(...)): a running binder with its webhook; stopped after
+    the test, or before by stop(manager) (an outage: no binder and no webhook)."""
 
-    running: list[tuple[Manager, asyncio.Event, asyncio.Task[None], KubeClient]] = []
+    def __init__(self, setup: BinderSetup) -> None:
+        self.setup = setup
+        self.running: list[tuple[Manager, asyncio.Event, asyncio.Task[None], KubeClient]] = []
 
-    async def start(config: Config | None = None, client: KubeClient | None = None) -> Manager:
+    async def __call__(
+        self, config: Config | None = None, client: KubeClient | None = None
+    ) -> Manager:
+        from realcluster import BINDER_SA, uid
+
+        setup = self.setup
         if client is None:
-            client = await connect(str(binder_setup.cp.kubeconfig), impersonate=BINDER_SA)
+            client = await connect(str(setup.cp.kubeconfig), impersonate=BINDER_SA)
         options = Options(
             identity=f"test-{uid()}",
             lease_name=f"gpu-binder-{uid()}",
             timings=Timings(4.0, 3.0, 0.5),
             webhook=WebhookOptions(
-                binder_setup.cert_file,
-                binder_setup.key_file,
+                setup.cert_file,
+                setup.key_file,
                 host="127.0.0.1",
-                port=binder_setup.webhook_port,
+                port=setup.webhook_port,
             ),
             metrics_port=None,
         )
         manager = Manager(client, config or Config(resync=timedelta(seconds=1)), options)
         stop = asyncio.Event()
         task = asyncio.create_task(manager.run(stop))
-        running.append((manager, stop, task, client))
+        self.running.append((manager, stop, task, client))
         async with asyncio.timeout(20):
             while not (manager.ready and manager.controller.passes):
                 if task.done():
@@ -159,8 +165,22 @@ async def start_binder(binder_setup: BinderSetup) -> AsyncIterator[StartBinder]:
                 await asyncio.sleep(0.02)
         return manager
 
-    yield start
-    for _manager, stop, task, client in running:
-        stop.set()
-        await task
-        await client.close()
+    async def stop(self, manager: Manager | None = None) -> None:
+        """Stop one binder (its webhook too), or every one."""
+        keep = []
+        for entry in self.running:
+            running, stop, task, client = entry
+            if manager is not None and running is not manager:
+                keep.append(entry)
+                continue
+            stop.set()
+            await task
+            await client.close()
+        self.running = keep
+
+
+@pytest.fixture
+async def start_binder(binder_setup: BinderSetup) -> AsyncIterator[Binders]:
+    binders = Binders(binder_setup)
+    yield binders
+    await binders.stop()

@@ -1,15 +1,17 @@
-"""The binder's rules that need time or a race, on a real API server."""
+"""The binder's rules that need time, a race or an outage, on a real API server."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from realcluster import BINDER_SA, Fleet, end_vmi, eventually, namespace, run_vmi, vmi_of
 
-from conftest import StartBinder
-from gpu_binder.api.types import GPUDevice, Phase
+from conftest import Binders, StartBinder
+from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.types import USAGE_FINALIZER, GPUDevice, GPUUsageRecord, Phase
 from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import NotFound
 from gpu_binder.envtest import ControlPlane
@@ -102,6 +104,48 @@ async def test_a_concurrent_write_costs_a_conflict_and_never_a_wrong_placement(
     assert binder.metrics.conflicts._value.get() >= 1
     (other,) = [d for d in await fleet.devices() if d.metadata.name == cordoned[0]]
     assert other.spec.unschedulable and other.status.binding is None
+
+
+async def test_a_gpu_vmi_deleted_while_no_binder_runs_stays_until_one_closes_its_records(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: Binders
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    first = await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    assert USAGE_FINALIZER in vmi.metadata.finalizers  # the webhook's patch added it
+    await run_vmi(admin, vmi, node)
+    await eventually(lambda: _records(admin, ns), what="a usage record opened")
+    await asyncio.sleep(1.1)  # finish times have whole seconds: past the record's start
+    await start_binder.stop(first)  # an outage: no binder, no webhook
+
+    await end_vmi(admin, vmi)
+    await admin.delete(VirtualMachineInstance, "vm", ns)
+    await asyncio.sleep(2)  # a binder billing until it noticed would add these seconds
+    held = await admin.get(VirtualMachineInstance, "vm", ns)
+    assert held.metadata.deletion_timestamp is not None, "Terminating, held by the finalizer"
+    assert held.finished_at is not None
+
+    await start_binder(FAST)
+    await eventually(lambda: _vmi_gone(admin, ns, "vm"), what="the VMI gone")
+    (record,) = await _records(admin, ns)
+    assert record.spec.end == held.finished_at
+
+
+async def _records(admin: KubeClient, ns: str) -> list[GPUUsageRecord]:
+    return (await admin.list(GPUUsageRecord, ns)).items
+
+
+async def _vmi_gone(admin: KubeClient, ns: str, name: str) -> bool:
+    try:
+        await admin.get(VirtualMachineInstance, name, ns)
+    except NotFound:
+        return True
+    return False
 
 
 async def _on(fleet: Fleet, ns: str, vm: str, node: str, n: int = 2) -> list[GPUDevice]:

@@ -59,6 +59,7 @@ def allowed(
         ("create", "gpubindrequests", GROUP, ""),
         ("create", "gpuusagerecords", GROUP, ""),
         ("watch", "virtualmachineinstances", "kubevirt.io", ""),
+        ("patch", "virtualmachineinstances", "kubevirt.io", ""),
         ("patch", "kubevirts", "kubevirt.io", ""),
         ("update", "nodes", "", "status"),
         ("create", "events", "events.k8s.io", ""),

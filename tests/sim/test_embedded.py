@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
@@ -16,6 +17,7 @@ from gpu_binder.sim.agent import AgentFleet
 from gpu_binder.sim.builders import vm_object, vmi_object
 from gpu_binder.sim.catalog import H100, L40S, gpu_class
 from gpu_binder.sim.clock import VirtualClock
+from gpu_binder.sim.cluster import ClassDef, Cluster
 from gpu_binder.sim.invariants import InvariantChecker, quiet_pass
 from gpu_binder.sim.kubelet import Kubelet
 from gpu_binder.sim.kubevirt import KubeVirtSim
@@ -109,3 +111,24 @@ async def test_an_unmanaged_vmi_is_adopted_after_the_grace(
     bound = [d for d in store.objects(GPUDevice) if d.status.binding is not None]
     assert [d.status.binding.vm.key for d in bound if d.status.binding] == ["t/lone"]
     assert c.checker.check() == []
+
+
+async def test_a_vm_stopped_while_the_binder_is_down_is_billed_until_its_finish_time() -> None:
+    """KubeVirt ends the VMI and deletes it during the outage; the webhook's finalizer
+    holds it, so the binder that comes back still reads its finish time (invariant 6)."""
+    c = Cluster([ClassDef("h100", RESOURCE, H100)])
+    await c.add_node("n1", "h100", 4)
+    c.add_vm("t", "vm1", {"h100": 2}, running=True)
+    await c.settle()
+    assert [r.spec.end for r in c.client.objects(GPUUsageRecord)] == [None, None]
+    c.binder_up = False
+    await c.tick(600)
+    finished = c.clock()
+    await c.set_running("t/vm1", False)
+    await c.tick(3600)
+    c.binder_up = True
+    c.restart_binder()
+    await c.settle()
+    assert [r.spec.end for r in c.client.objects(GPUUsageRecord)] == [finished, finished]
+    assert c.client.objects(VirtualMachineInstance) == []
+    assert c.check() == []

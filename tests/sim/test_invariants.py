@@ -6,6 +6,7 @@ import pytest
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import (
+    USAGE_FINALIZER,
     GPUDevice,
     GPUUsageRecord,
     Phase,
@@ -231,6 +232,48 @@ def test_a_record_closed_at_another_time_than_the_vmis_finish_violates_6(
     clock.advance(60)
     history.detach("d1", ended, end=clock.now())
     assert numbers(checker.check()) == ["(6)"]
+
+
+async def held_for_records(store: MemoryClient, history: History) -> VirtualMachineInstance:
+    """A VMI admitted with the usage finalizer, attached with its record open, then ended
+    and deleted: the finalizer keeps it."""
+    history.device("d1")
+    history.bind("d1", "t/a")
+    vmi = history.run("t/a", "n1", "d1")
+    raw = vmi.to_dict()
+    raw["metadata"]["finalizers"] = [USAGE_FINALIZER]
+    vmi = store.put(VirtualMachineInstance.from_dict(raw))
+    history.attach("d1", vmi)
+    ended = history.end(vmi)
+    await store.delete(VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace)
+    return ended
+
+
+async def let_go(store: MemoryClient, vmi: VirtualMachineInstance) -> None:
+    """The binder removes the usage finalizer: the deleted VMI goes."""
+    current = store.peek(VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace)
+    assert current is not None
+    raw = current.to_dict()
+    raw["metadata"]["finalizers"] = []
+    await store.update(VirtualMachineInstance.from_dict(raw))
+
+
+async def test_a_vmi_held_for_its_records_going_while_one_is_open_violates_6(
+    store: MemoryClient, history: History, checker: InvariantChecker
+) -> None:
+    vmi = await held_for_records(store, history)
+    await let_go(store, vmi)
+    assert numbers(checker.check()) == ["(6)"]
+
+
+async def test_a_vmi_held_for_its_records_may_go_once_they_are_closed(
+    store: MemoryClient, history: History, checker: InvariantChecker
+) -> None:
+    vmi = await held_for_records(store, history)
+    history.detach("d1", vmi)
+    await let_go(store, vmi)
+    assert store.peek(VirtualMachineInstance, "a", "t") is None
+    assert checker.check() == []
 
 
 def test_a_changed_closed_record_violates_6(

@@ -10,9 +10,10 @@ import pytest
 from webhook_cluster import H100, L40S, NS, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import VirtualMachine
-from gpu_binder.api.types import GPUBindRequest, GPUDevice, RequestPhase
+from gpu_binder.api.types import USAGE_FINALIZER, GPUBindRequest, GPUDevice, RequestPhase
 from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.reconciler import REQUESTS_KEY
+from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter, NeedsRequest, Respond
 from gpu_binder.webhook.review import BadReview
@@ -106,6 +107,31 @@ async def test_a_complete_set_is_patched_with_slot_resources_affinity_and_annota
         sorted([a.name, b.name])
     )
     assert await cluster.requests_left() == []
+
+
+async def test_an_admitted_gpu_vmi_gets_the_usage_finalizer(cluster: Cluster) -> None:
+    vm = cluster.vm("vm1", {"h100": 1})
+    cluster.gpu("node-b", 0, vm=vm)
+    vmi = vmi_of(vm)
+    out = patched(await cluster.admitter().admit(review(vmi)), vmi)
+    assert out["metadata"]["finalizers"] == [USAGE_FINALIZER]
+
+
+async def test_a_vmi_answered_through_a_request_gets_the_usage_finalizer(
+    cluster: Cluster,
+) -> None:
+    vm = cluster.vm("vm1", {"h100": 1})
+    cluster.gpu("node-b", 3)
+    vmi = vmi_of(vm)
+    out = patched(await admit_with_binder(cluster, review(vmi)), vmi)
+    assert out["metadata"]["finalizers"] == [USAGE_FINALIZER]
+
+
+async def test_a_vmi_without_gpus_gets_no_usage_finalizer(cluster: Cluster) -> None:
+    vm = cluster.vm("plain", {})
+    vmi = vmi_of(vm)
+    out = outcome(vmi, await cluster.admitter().admit(review(vmi)))
+    assert isinstance(out, dict) and "finalizers" not in out["metadata"]
 
 
 async def test_affinity_is_anded_into_each_of_the_users_terms(cluster: Cluster) -> None:

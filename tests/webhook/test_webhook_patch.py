@@ -1,9 +1,11 @@
-"""The JSONPatch of an admitted VMI: slot resources, the node ANDed in, the devices named."""
+"""The JSONPatch of an admitted VMI: slot resources, the node ANDed in, the devices named,
+the usage finalizer added."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpu_binder.api.types import USAGE_FINALIZER
 from gpu_binder.sim.jsonpatch import apply_patch
 from gpu_binder.webhook.patch import pin_patch, pointer
 from gpu_binder.webhook.pinning import Entry, Pinning
@@ -92,9 +94,38 @@ def test_the_annotation_key_is_escaped_in_the_pointer() -> None:
     paths = [
         op["path"]
         for op in pin_patch(doc, Pinning("node-b", ("d",), ()))
-        if op["path"].startswith("/metadata")
+        if op["path"].startswith("/metadata/annotations")
     ]
     assert paths == ["/metadata/annotations/gpu.cozystack.io~1devices"]
+
+
+def test_the_usage_finalizer_is_added_to_a_vmi_without_finalizers() -> None:
+    assert pinned(vmi())["metadata"]["finalizers"] == [USAGE_FINALIZER]
+
+
+def test_the_usage_finalizer_is_added_after_the_finalizers_the_vmi_has() -> None:
+    doc = vmi()
+    doc["metadata"]["finalizers"] = ["kubevirt.io/foregroundDeleteVirtualMachine"]
+    assert pinned(doc)["metadata"]["finalizers"] == [
+        "kubevirt.io/foregroundDeleteVirtualMachine",
+        USAGE_FINALIZER,
+    ]
+
+
+def test_a_vmi_holding_the_usage_finalizer_already_gets_it_once() -> None:
+    doc = vmi()
+    doc["metadata"]["finalizers"] = [USAGE_FINALIZER]
+    assert pinned(doc)["metadata"]["finalizers"] == [USAGE_FINALIZER]
+
+
+def test_a_vmi_without_metadata_gets_the_annotation_and_the_finalizer() -> None:
+    doc = vmi()
+    del doc["metadata"]
+    out = pinned(doc)["metadata"]
+    assert out == {
+        "annotations": {"gpu.cozystack.io/devices": "node-b-0000-13-00-0"},
+        "finalizers": [USAGE_FINALIZER],
+    }
 
 
 def test_pointer_tokens_escape_tilde_and_slash() -> None:

@@ -19,6 +19,10 @@ GROUP = "gpu.cozystack.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 FINALIZER = f"{GROUP}/device"
+# The finalizer the webhook puts on every VMI it admits with GPUs: the VMI object, and its
+# finish time with it, stays until the binder has closed its usage records (DESIGN §2.6),
+# even when KubeVirt ends and deletes it while no binder runs.
+USAGE_FINALIZER = f"{GROUP}/usage"
 # The VM annotation that asks to move a stopped VM's set to a node.
 NODE_ANNOTATION = f"{GROUP}/node"
 # The VMI annotation the webhook adds: the devices it was admitted with.

@@ -13,7 +13,9 @@ from typing import Any, Literal
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.binder.world import World
 
-Verb = Literal["update", "status", "create", "apply", "node_status", "delete"]
+# "finalizers": a JSON merge patch of the object's metadata.finalizers (to those of obj),
+# carrying obj's resourceVersion, for objects the binder does not own (a VMI).
+Verb = Literal["update", "status", "create", "apply", "node_status", "delete", "finalizers"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,9 @@ class Reconciler:
             # follow the next pass's fresh read.
             return
         await self._run(records.usage_records, now, result)
+        if not result.aborted:
+            # Only once the records it waits for are written: a VMI held for them may go.
+            await self._run(records.usage_finalizers, now, result)
         if enabled:
             await self._run(status.class_status, now, result)
             await self._run(status.node_status, now, result)
@@ -237,6 +240,8 @@ class Reconciler:
                 return await c.get(type(w.obj), meta.name, meta.namespace)
         if w.verb == "apply":
             return await c.apply(KubeVirt, w.obj.body)
+        if w.verb == "finalizers":
+            return await self._finalizers(w.obj)
         if w.verb == "node_status":
             node_name, cond = w.obj
             return await self._node_condition(node_name, cond)
@@ -249,6 +254,23 @@ class Reconciler:
             self.world.apply(WatchEvent("DELETED", w.obj))
             return None
         raise AssertionError(f"unknown verb {w.verb}")
+
+    async def _finalizers(self, obj: Any) -> Any:
+        """Set metadata.finalizers by a merge patch, which touches nothing else of an object
+        others own; its resourceVersion makes a stale decision a 409, like every write."""
+        meta = obj.metadata
+        patch = {
+            "metadata": {
+                "finalizers": list(meta.finalizers),
+                "resourceVersion": meta.resource_version,
+            }
+        }
+        written = await self.client.patch(type(obj), meta.name, meta.namespace, patch)
+        if written.metadata.deletion_timestamp is not None and not written.metadata.finalizers:
+            # The last finalizer of a deleted object: it is gone, as its watch will say.
+            self.world.apply(WatchEvent("DELETED", written))
+            return None
+        return written
 
     async def _node_condition(self, node_name: str, cond: Condition) -> Node:
         node = await self.client.get(Node, node_name)

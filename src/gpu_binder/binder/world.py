@@ -16,6 +16,7 @@ from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import (
     GROUP,
+    USAGE_FINALIZER,
     GPUBindRequest,
     GPUClass,
     GPUDevice,
@@ -65,6 +66,12 @@ class World:
         self.records: dict[str, GPUUsageRecord] = {}
         self.open_records: set[str] = set()
         self.open_by_device: dict[str, set[str]] = defaultdict(set)
+        # Open records by VMI uid: its usage finalizer goes once it has none.
+        self.open_by_vmi: dict[str, set[str]] = defaultdict(set)
+        # VMIs holding the usage finalizer whose GPU use is over (see usage_over): the
+        # binder removes it once their records are closed. Kept per event, so a pass looks
+        # at the VMIs that changed into this state, not at every VMI.
+        self.usage_held: set[str] = set()
         self.kubevirt: dict[str, KubeVirt] = {}
         # When deleted VMIs finished, by uid, oldest first (see vmi_ended_at).
         self.ended_vmis: dict[str, datetime] = {}
@@ -112,9 +119,11 @@ class World:
             if not deleted and obj.spec.end is None:
                 self.open_records.add(key)
                 self.open_by_device[obj.spec.device].add(key)
+                self.open_by_vmi[obj.spec.vmi.uid].add(key)
             else:
                 self.open_records.discard(key)
                 discard_from(self.open_by_device, obj.spec.device, key)
+                discard_from(self.open_by_vmi, obj.spec.vmi.uid, key)
         elif isinstance(obj, KubeVirt):
             _put(self.kubevirt, f"{obj.metadata.namespace}/{obj.metadata.name}", obj, deleted)
         elif isinstance(obj, Event):
@@ -149,6 +158,10 @@ class World:
         if old is not None:
             discard_from(self.vmis_by_order, vm_key_of_vmi(old), old.key)
         _put(self.vmis, vmi.key, vmi, deleted)
+        if not deleted and USAGE_FINALIZER in vmi.metadata.finalizers and usage_over(vmi):
+            self.usage_held.add(vmi.key)
+        else:
+            self.usage_held.discard(vmi.key)
         if not deleted and vmi.vm_name is None:
             self.standalone.add(vmi.key)
         else:
@@ -315,6 +328,15 @@ class World:
         """A node new sets may go to: present, Ready, not cordoned."""
         node = self.nodes.get(name)
         return node is not None and node.ready and not node.unschedulable
+
+
+def usage_over(vmi: VirtualMachineInstance) -> bool:
+    """Whether the VMI uses GPUs no more: it ended (Succeeded/Failed), or it is being
+    deleted before it ever got a node. One being deleted while it runs, or once scheduled,
+    holds its devices until it ends (see VirtualMachineInstance.live)."""
+    if not vmi.live:
+        return True
+    return vmi.being_deleted and not vmi.node_name and vmi.started_at is None
 
 
 def demands_of(

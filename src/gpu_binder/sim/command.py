@@ -10,7 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord
+from gpu_binder.binder.config import Config
 from gpu_binder.sim.catalog import H100, L40S
 from gpu_binder.sim.cluster import ClassDef, Cluster
 
@@ -51,9 +53,14 @@ class Workload:
 
 
 async def build(
-    nodes: int, gpus_per_node: int, vms: int, seed: int, sweep_always: bool = False
+    nodes: int,
+    gpus_per_node: int,
+    vms: int,
+    seed: int,
+    sweep_always: bool = False,
+    config: Config | None = None,
 ) -> tuple[Cluster, Workload]:
-    c = Cluster(CLASSES, seed=seed, sweep_always=sweep_always)
+    c = Cluster(CLASSES, config, seed=seed, sweep_always=sweep_always)
     for i in range(nodes):
         await c.add_node(f"node-{i:04d}", "l40s" if i % 4 == 3 else "h100", gpus_per_node)
     w = Workload(random.Random(seed), gpus_per_node, [])
@@ -108,7 +115,13 @@ async def fault(c: Cluster, rng: random.Random) -> None:
     elif kind == "restart":
         c.restart_binder()
     elif kind == "binder-down":
+        # An outage or a leader failover: KubeVirt goes on, and VMs stopped meanwhile
+        # end and are deleted while no binder watches (invariant 6: billed to the finish).
         c.binder_up = False
+        await c.tick(rng.choice((5, 60)))
+        running = sorted(v.order_key for v in c.client.objects(VirtualMachineInstance) if v.live)
+        for key in rng.sample(running, min(len(running), rng.choice((1, 3)))):
+            await c.set_running(key, False)
         await c.tick(rng.choice((5, 60)))
         c.binder_up = True
         c.restart_binder()
@@ -130,9 +143,10 @@ async def run(
     seed: int,
     chaos: bool,
     sweep_always: bool = False,
+    config: Config | None = None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    c, w = await build(nodes, gpus_per_node, vms, seed, sweep_always)
+    c, w = await build(nodes, gpus_per_node, vms, seed, sweep_always, config)
     gc.freeze()  # the cluster's objects live for the whole run: the collector need not scan them
     violations: list[str] = []
     faults = 0

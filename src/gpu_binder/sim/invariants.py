@@ -21,6 +21,7 @@ from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.meta import utc
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
+    USAGE_FINALIZER,
     GPUClass,
     GPUDevice,
     GPUUsageRecord,
@@ -77,6 +78,8 @@ class InvariantChecker:
         self._tracks: dict[str, _Track] = {}
         self._records: dict[Interval, set[str]] = defaultdict(set)
         self._record_objs: dict[str, GPUUsageRecord] = {}
+        # Open records by VMI uid: a VMI the usage finalizer holds goes only once it has none.
+        self._open_by_uid: dict[str, set[str]] = defaultdict(set)
         self._intervals: dict[Interval, _Open] = {}
         # Intervals opened or closed since the last check of records.
         self._unverified: set[Interval] = set()
@@ -179,11 +182,14 @@ class InvariantChecker:
                 out.append(f"(6) {what} has {len(names)} usage records")
             elif iv.closed:
                 r = self._record_objs[next(iter(names))]
+                # The finish time the VMI reported, by the close or since (a record closed
+                # later must still carry it): only a VMI that never reported one is unjudged.
+                finished = iv.finished_at or self._finished.get(uid)
                 if r.spec.end is None:
                     out.append(f"(6) {what} ended but its record is still open")
-                elif iv.finished_at is not None and utc(r.spec.end) != utc(iv.finished_at):
+                elif finished is not None and utc(r.spec.end) != utc(finished):
                     out.append(
-                        f"(6) {what} ended at {iv.finished_at.isoformat()} but its "
+                        f"(6) {what} ended at {finished.isoformat()} but its "
                         f"record says {r.spec.end.isoformat()}"
                     )
             if iv.closed:
@@ -338,7 +344,9 @@ class InvariantChecker:
         if vmi.finished_at is not None:
             self._finished[vmi.metadata.uid] = vmi.finished_at
         if deleted:
-            self._vmis.pop(key, None)
+            held = self._vmis.pop(key, None)
+            if held is not None and USAGE_FINALIZER in held.metadata.finalizers:
+                self._went_with_records_closed(held)
             return
         self._vmis[key] = vmi
         # Judged on the phase alone: a VMI being deleted (deletionTimestamp set) still runs,
@@ -352,6 +360,16 @@ class InvariantChecker:
             if other is not None and other != key:
                 self._pending.append(f"(1) {name} is used by VMIs {other} and {key} at once")
             self._used_by[name] = key
+
+    def _went_with_records_closed(self, vmi: VirtualMachineInstance) -> None:
+        """(6) A VMI the usage finalizer held goes only once its records are closed: with
+        it goes its finish time, which a binder coming back would close them with."""
+        still = sorted(self._open_by_uid.get(vmi.metadata.uid, ()))
+        if still:
+            self._pending.append(
+                f"(6) VMI {vmi.key} ({vmi.metadata.uid[:8]}) went while its usage "
+                f"record(s) {', '.join(still)} were open"
+            )
 
     def _devices_of(self, vmi: VirtualMachineInstance) -> set[str]:
         """The devices a running VMI holds: those its slot resources and annotation name."""
@@ -370,6 +388,13 @@ class InvariantChecker:
         prev = self._record_objs.get(key)
         if prev is not None and prev.spec.end is not None and (deleted or prev.spec != r.spec):
             self._pending.append(f"(6) closed usage record {key} was changed or deleted")
+        open_of = self._open_by_uid[r.spec.vmi.uid]
+        if deleted or r.spec.end is not None:
+            open_of.discard(key)
+            if not open_of:
+                del self._open_by_uid[r.spec.vmi.uid]
+        else:
+            open_of.add(key)
         if deleted:
             self._record_objs.pop(key, None)
             self._records[interval].discard(key)

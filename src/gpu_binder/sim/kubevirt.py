@@ -4,7 +4,8 @@ A VM with `running: true` and no VMI gets one named after it, owned by it, its G
 copied from the template, created only if the injected admission (the webhook's decision)
 allows; a denial is retried after a backoff, as KubeVirt retries a start. A pending VMI is
 scheduled onto a Ready, uncordoned node its node affinity allows. Stopping deletes the
-VMI; the kubelet then ends it and lets it go.
+VMI; the kubelet then ends it and lets it go, but for the webhook's usage finalizer, which
+keeps it until the binder has closed its usage records; its VM restarts once it is gone.
 """
 
 from __future__ import annotations

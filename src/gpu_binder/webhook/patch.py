@@ -2,7 +2,8 @@
 
 It only adds and replaces: the user's affinity terms stay, the node requirement is ANDed
 into each of them, and missing parents are created, because a patch op fails on a path
-whose parent does not exist.
+whose parent does not exist. It also adds the usage finalizer, which holds the VMI until
+the binder has closed its usage records.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_binder.api.types import DEVICES_ANNOTATION
+from gpu_binder.api.types import DEVICES_ANNOTATION, USAGE_FINALIZER
 from gpu_binder.webhook.pinning import Pinning
 
 Op = dict[str, Any]
@@ -29,7 +30,8 @@ def node_requirement(node: str) -> dict[str, Any]:
 
 
 def pin_patch(vmi: Mapping[str, Any], pinning: Pinning) -> list[Op]:
-    """Rewrite entries to slot resources, require the set's node, and name the devices."""
+    """Rewrite entries to slot resources, require the set's node, name the devices, and
+    hold the VMI for its usage records (USAGE_FINALIZER)."""
     ops: list[Op] = [
         {
             "op": "replace",
@@ -40,6 +42,8 @@ def pin_patch(vmi: Mapping[str, Any], pinning: Pinning) -> list[Op]:
     ]
     ops.extend(affinity_ops(vmi, pinning.node))
     ops.extend(annotation_ops(vmi, DEVICES_ANNOTATION, ",".join(pinning.devices)))
+    # After the annotation: that op creates metadata when the VMI has none.
+    ops.extend(finalizer_ops(vmi, USAGE_FINALIZER))
     return ops
 
 
@@ -104,3 +108,19 @@ def annotation_ops(vmi: Mapping[str, Any], key: str, value: str) -> list[Op]:
     if not isinstance(meta.get("annotations"), dict):
         return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
     return [{"op": "add", "path": pointer("metadata", "annotations", key), "value": value}]
+
+
+def finalizer_ops(vmi: Mapping[str, Any], finalizer: str) -> list[Op]:
+    """Add one finalizer to metadata.finalizers, keeping those the VMI has.
+
+    One `add` of the whole list: on a missing member it creates it, on an existing one it
+    replaces it (RFC 6902 §4.1) with the same names plus this one, so it holds whether or
+    not the VMI has finalizers, where an append to `/metadata/finalizers/-` would fail on a
+    VMI without any. Needs metadata to exist (a VMI has it; pin_patch makes sure).
+    """
+    meta = vmi.get("metadata")
+    current = meta.get("finalizers") if isinstance(meta, dict) else None
+    names = [f for f in current if isinstance(f, str)] if isinstance(current, list) else []
+    if finalizer in names:
+        return []
+    return [{"op": "add", "path": pointer("metadata", "finalizers"), "value": [*names, finalizer]}]

@@ -1,11 +1,14 @@
-"""Usage records: one per attachment interval, opened and closed idempotently."""
+"""Usage records: one per attachment interval, opened and closed idempotently; and the
+usage finalizer, which holds a VMI until its records are closed."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
+    USAGE_FINALIZER,
     GPUDevice,
     GPUUsageRecord,
     GPUUsageRecordSpec,
@@ -44,8 +47,14 @@ def usage_records(ctx: Context) -> None:
     if scope.full:
         keys = sorted(world.open_records)
     else:
+        wanted: set[str] = set()
         for name in scope.devices_of_interest(world, world.open_by_device):
-            keys.extend(sorted(world.open_by_device[name]))
+            wanted.update(world.open_by_device[name])
+        # And those of VMIs the usage finalizer holds, whatever route their change took:
+        # such a VMI goes only once they are closed.
+        for vmi_key in world.usage_held:
+            wanted.update(world.open_by_vmi.get(world.vmis[vmi_key].metadata.uid, ()))
+        keys = sorted(wanted)
     for key in keys:
         rec = world.records[key]
         dev = world.devices.get(rec.spec.device)
@@ -95,3 +104,39 @@ def _ended(ctx: Context, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime:
     if d is not None and d.status.attachment is None and d.status.detached_at is not None:
         return d.status.detached_at
     return ctx.now
+
+
+def usage_finalizers(ctx: Context) -> None:
+    """Remove the usage finalizer from VMIs whose GPU use is over once their records are
+    closed (after usage_records, whose closes are written through by then).
+
+    The webhook adds it to every VMI it admits with GPUs, so a VMI that ends and is
+    deleted while no binder runs (an outage, a leader failover) stays, with its finish
+    time, until a binder closes its records with that time (DESIGN §2.6). A VMI being
+    deleted keeps it while it runs; one deleted before it ever got a node, and so holds
+    no devices, loses it at once. Looks only at world.usage_held, which VMIs enter by an
+    event and leave by this write: a pass costs what changed. Runs even when disabled.
+    """
+    world = ctx.world
+    for key in sorted(world.usage_held):
+        vmi = world.vmis[key]
+        uid = vmi.metadata.uid
+        if world.open_by_vmi.get(uid):
+            continue  # closed by usage_records first; an aborted close is retried
+        if vmi.live and _holds_devices(ctx, vmi):
+            continue
+        finalizers = tuple(f for f in vmi.metadata.finalizers if f != USAGE_FINALIZER)
+        meta = vmi.metadata.model_copy(update={"finalizers": finalizers})
+        ctx.plan.write(
+            "finalizers", VirtualMachineInstance.from_dict({**vmi.raw, "metadata": meta.to_dict()})
+        )
+
+
+def _holds_devices(ctx: Context, vmi: VirtualMachineInstance) -> bool:
+    """Whether a device is attached to this very VMI (by uid)."""
+    uid = vmi.metadata.uid
+    for d in ctx.world.devices.set_of(vmi.order_key):
+        att = d.status.attachment
+        if att is not None and att.vmi.uid == uid:
+            return True
+    return False
