@@ -16,6 +16,7 @@ from gpu_binder.api.types import (
     ObjectRef,
     Phase,
 )
+from gpu_binder.sim import builders
 from gpu_binder.sim.memory import MemoryClient
 
 NODE = "node-a"
@@ -223,3 +224,36 @@ async def test_gpus_in_other_phases_are_not_reset(tmp_path: Path) -> None:
         await set_status(client, address, phase=phase, released_at=RELEASED)
     await agent(tmp_path, client).run_pass()
     assert [reset_writes(host, a) for a in L40S_GPUS] == ["", "", "", ""]
+
+
+async def pinned_by(client: MemoryClient, pinning: str) -> None:
+    """The node's GPUs are of class l40s, pinned as given; GPU is Cleaning and the next
+    GPU runs a VMI."""
+    client.put(builders.gpu_class("l40s", "nvidia.com/L40S", "0x26b5", pinning=pinning))
+    await set_status(client, GPU, phase=Phase.CLEANING, released_at=RELEASED, class_name="l40s")
+    vmi = ObjectRef(namespace="t", name="vm-1", uid="u1")
+    running = Attachment(vmi=vmi, since=RELEASED)
+    await set_status(
+        client, L40S_GPUS[1], phase=Phase.ATTACHED, class_name="l40s", attachment=running
+    )
+
+
+async def test_a_node_pinned_gpu_waits_while_a_vmi_of_its_class_runs_on_the_node(
+    tmp_path: Path,
+) -> None:
+    # Another plugin hands out a Node class's GPUs by count: the released one may be the
+    # one the running VMI got.
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    await pinned_by(client, "Node")
+    await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == ""
+    await set_status(client, L40S_GPUS[1], phase=Phase.AVAILABLE, class_name="l40s")
+    await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == "1"
+
+
+async def test_a_device_pinned_gpu_is_reset_beside_a_running_vmi(tmp_path: Path) -> None:
+    host, client = await node_with_a_cleaning_gpu(tmp_path)
+    await pinned_by(client, "Device")
+    await agent(tmp_path, client).run_pass()
+    assert reset_writes(host) == "1"

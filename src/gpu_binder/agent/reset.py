@@ -12,7 +12,7 @@ Unhealthy and keeps being retried while nothing uses it, so it is never handed o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -94,17 +94,31 @@ def remembered_failures(devices: Iterable[GPUDevice]) -> dict[str, str]:
 
 
 def candidates(
-    devices: Iterable[GPUDevice], scan: Scan, failed: Mapping[str, str]
+    devices: Iterable[GPUDevice],
+    scan: Scan,
+    failed: Mapping[str, str],
+    node_pinned: Collection[str] = (),
 ) -> list[GPUDevice]:
     """Devices to reset now: wanted ones, and earlier failures that nothing holds.
 
     Only a GPU that is present and bound to vfio-pci is reset: resetting under a host
     driver would pull the device from under it, and such a GPU is Unhealthy anyway.
+    A GPU of a `pinning: Node` class (`node_pinned`) waits while a VMI of its class runs
+    on the node: another plugin hands out that class's GPUs by count, so the one released
+    may be the one that VMI got (cleaning is exact per node in that mode, DESIGN §1).
     """
+    devices = list(devices)
+    busy = {
+        d.status.class_name
+        for d in devices
+        if d.status.class_name in node_pinned and d.status.attachment is not None
+    }
     out = []
     for d in devices:
         gpu = scan.gpu(d.spec.pci_address)
         if gpu is None or gpu.function.driver != VFIO_DRIVER:
+            continue
+        if d.status.class_name in busy:
             continue
         idle = d.status.attachment is None and d.status.binding is None
         if wants_reset(d) or (d.spec.pci_address in failed and idle):

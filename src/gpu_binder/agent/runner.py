@@ -143,7 +143,8 @@ class NodeAgent:
         existing = await self._read_devices()
 
         failures = remembered_failures(existing)
-        todo = candidates(existing, found, failures)
+        by_node = {c.metadata.name for c in self._classes if c.spec.pinning == "Node"}
+        todo = candidates(existing, found, failures, by_node)
         report.resets = await reset_devices(todo, self.resetter, self.clock)
         for address, message in failures.items():
             # A failure not retried this pass still stands until a reset succeeds.
