@@ -51,6 +51,11 @@ async def test_events_are_written_as_kubernetes_events_regarding_the_vm(
     assert event.regarding["name"] == "vm"
     assert event.regarding["uid"] == cluster.vm_uid("vm")
     assert "on node-a" in event.note
+    assert event.action == "Bind"
+    await cluster.delete_vm("vm")
+    await cluster.settle()
+    [released] = [e for e in cluster.client.objects(Event) if e.reason == "GPUReleased"]
+    assert released.action == "Release"
 
 
 async def test_device_events_are_recorded_on_the_device(cluster: Cluster) -> None:

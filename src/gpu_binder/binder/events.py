@@ -56,6 +56,27 @@ class Recorder(Protocol):
     async def record(self, note: Note, now: datetime) -> None: ...
 
 
+# An Event's action: what the binder did (or failed to do) about the object, per reason.
+ACTIONS = {
+    "GPUOrder": "Bind",
+    "GPURequest": "Bind",
+    "GPUMove": "Move",
+    "GPUMoveBlocked": "Move",
+    "GPURebind": "Rebind",
+    "GPURebindBlocked": "Rebind",
+    "GPUAdopted": "Adopt",
+    "GPUUnmanaged": "Adopt",
+    "GPUReleased": "Release",
+    "GPUReleasing": "Release",
+    "GPURefused": "Refuse",
+    "GPUUnplaceable": "Place",
+    "GPUMadeRoom": "Defragment",
+    "GPULost": "MarkLost",
+    "GPURecovered": "Recover",
+    "GPUDegraded": "MarkDegraded",
+}
+
+
 class ClientRecorder:
     """Writes each note as an Event through the client; cluster-scoped ones go to `default`."""
 
@@ -81,7 +102,7 @@ class ClientRecorder:
             reason=note.reason,
             note=note.message[:1024],
             type=note.type,
-            action="Bind",
+            action=ACTIONS.get(note.reason, "Bind"),
             event_time=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             reporting_instance=self.instance,
         )
