@@ -58,3 +58,17 @@ async def test_unchanged_allocatable_is_not_written(
     await create_node(store, "n1", clock.now())
     await set_allocatable(store, "n1", {"r": 1})
     assert await set_allocatable(store, "n1", {"r": 1}) is None
+
+
+async def test_device_units_leave_the_nodes_cpu_and_memory_alone(
+    store: MemoryClient, clock: VirtualClock
+) -> None:
+    await create_node(store, "n1", clock.now())
+    await set_allocatable(store, "n1", {"cpu": 64, "memory": 128})
+    node = await set_allocatable(store, "n1", {"nvidia.com/H100": 2})
+    assert node is not None
+    assert node.raw["status"]["allocatable"] == {
+        "cpu": "64",
+        "memory": "128",
+        "nvidia.com/H100": "2",
+    }

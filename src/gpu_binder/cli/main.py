@@ -13,6 +13,7 @@ DELEGATED: dict[str, tuple[str, str]] = {
     "agent": ("gpu_binder.agent.command", "main_agent"),
     "replay": ("gpu_binder.replay.command", "main_replay"),
     "run": ("gpu_binder.kube.command", "main_run"),
+    "sim": ("gpu_binder.sim.command", "main_sim_cli"),
     "usage": ("gpu_binder.usage.command", "main_usage"),
 }
 
@@ -35,14 +36,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--plain", action="store_true", help="a plain log, even on a terminal")
     demo.add_argument("--speed", type=float, default=1.0, help="pace of the live view")
-    sim = sub.add_parser("sim", help="the embedded cluster under a random workload")
-    sim.add_argument("--nodes", type=int, default=20)
-    sim.add_argument("--gpus-per-node", type=int, default=8)
-    sim.add_argument("--vms", type=int, default=100)
-    sim.add_argument("--events", type=int, default=2000)
-    sim.add_argument("--seed", type=int, default=1)
-    sim.add_argument("--chaos", action="store_true", help="inject faults at random")
-    sim.add_argument("--json", action="store_true", help="print one JSON object")
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     bp = bench_sub.add_parser("pass", help="the binder's passes on a synthetic cluster")
@@ -69,12 +62,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_binder.demo.command import main_demo
 
         return main_demo(plain=args.plain, speed=args.speed)
-    if args.command == "sim":
-        from gpu_binder.sim.command import main_sim
-
-        return main_sim(
-            args.nodes, args.gpus_per_node, args.vms, args.events, args.seed, args.chaos, args.json
-        )
     if args.command == "bench" and args.bench == "pass":
         from gpu_binder.bench.passes import main as bench_pass
 

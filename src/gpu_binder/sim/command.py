@@ -1,26 +1,36 @@
-"""`gpu-binder sim`: the embedded cluster under a random workload, with faults on --chaos."""
+"""`gpu-binder sim`: the embedded cluster under a random or trace workload, with faults on
+--chaos, checking every invariant after every event."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
 import random
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord
 from gpu_binder.binder.config import Config
+from gpu_binder.replay.order import Order, orders_from_pods
+from gpu_binder.replay.trace import Node, TraceError, load_nodes, load_pods
 from gpu_binder.sim.catalog import H100, L40S
 from gpu_binder.sim.cluster import ClassDef, Cluster
+from gpu_binder.sim.trace import CREATE, TraceWorkload, build_trace
 
 CLASSES = [
     ClassDef("h100", "nvidia.com/GH100_H100_SXM5_80GB", H100, release_after="2h"),
     ClassDef("l40s", "nvidia.com/AD102GL_L40S", L40S, policy="Spread", release_after="30m"),
 ]
 SIZES = (1, 1, 1, 2, 2, 4, 8)
+# The chance that an event is a fault under --chaos.
+FAULT_ODDS = 0.06
 FAULTS = (
     "notready",
     "ready",
@@ -75,7 +85,7 @@ async def step(c: Cluster, w: Workload, chaos: bool) -> bool:
     rng = w.rng
     roll = rng.random()
     key = rng.choice(w.keys)
-    if chaos and roll < 0.06:
+    if chaos and roll < FAULT_ODDS:
         await fault(c, rng)
         return True
     # Tenants start a VM less often than they stop one, so about 40% of VMs want to run:
@@ -152,24 +162,34 @@ async def run(
     faults = 0
     for _ in range(events):
         faults += await step(c, w, chaos)
-        for v in c.check():
-            violations.append(f"t+{int((c.clock() - c.t0).total_seconds())}s {v}")
+        check(c, violations)
         if len(violations) > 50:
             break
-    reasons: dict[str, int] = {}
-    for note in c.notes():
-        reasons[note.reason] = reasons.get(note.reason, 0) + 1
-    records = c.client.objects(GPUUsageRecord)
-    bindings = {
-        d.metadata.name: d.status.binding.vm.key
-        for d in c.client.objects(GPUDevice)
-        if d.status.binding is not None
-    }
     return {
         "devices": len(c.client.objects(GPUDevice)),
         "vms": len(w.keys),
         "events": events,
         "faults": faults,
+        **figures(c),
+        "violations": violations,
+        "seconds": round(time.perf_counter() - started, 2),
+        "final_bindings": final_bindings(c),
+    }
+
+
+def check(c: Cluster, violations: list[str]) -> None:
+    """Every invariant, now; violations are added with the time they were found."""
+    for v in c.check():
+        violations.append(f"t+{int((c.clock() - c.t0).total_seconds())}s {v}")
+
+
+def figures(c: Cluster) -> dict[str, int]:
+    """What the binder, webhook and kubelets did, for either workload."""
+    reasons: dict[str, int] = {}
+    for note in c.notes():
+        reasons[note.reason] = reasons.get(note.reason, 0) + 1
+    records = c.client.objects(GPUUsageRecord)
+    return {
         "binds": reasons.get("GPUOrder", 0) + reasons.get("GPURequest", 0),
         "moves": reasons.get("GPUMove", 0),
         "rebinds": reasons.get("GPURebind", 0),
@@ -182,9 +202,84 @@ async def run(
         "passes": c.stats.passes,
         "usage_records_open": sum(1 for r in records if r.spec.end is None),
         "usage_records_closed": sum(1 for r in records if r.spec.end is not None),
+    }
+
+
+def final_bindings(c: Cluster) -> dict[str, str]:
+    return {
+        d.metadata.name: d.status.binding.vm.key
+        for d in c.client.objects(GPUDevice)
+        if d.status.binding is not None
+    }
+
+
+def gpu_hours_billed(c: Cluster) -> float:
+    """GPU-hours of the usage records: closed ones to their end, open ones to now."""
+    now = c.clock()
+    seconds = sum(
+        ((r.spec.end or now) - r.spec.start).total_seconds()
+        for r in c.client.objects(GPUUsageRecord)
+    )
+    return round(seconds / 3600, 2)
+
+
+async def run_trace(
+    nodes: Sequence[Node],
+    orders: Sequence[Order],
+    seed: int,
+    chaos: bool,
+    time_scale: float = 1.0,
+) -> dict[str, Any]:
+    """Play the trace's orders on its cluster; with chaos, before each trace event a fault
+    with the random workload's odds (6%), from the same list of faults."""
+    started = time.perf_counter()
+    c, w = await build_trace(nodes, orders, seed, time_scale)
+    gc.freeze()
+    rng = random.Random(seed)
+    violations: list[str] = []
+    faults = 0
+    played = 0
+    while not w.done and len(violations) <= 50:
+        if chaos and rng.random() < FAULT_ODDS:
+            await fault(c, rng)
+            faults += 1
+            check(c, violations)
+        await w.step(c)
+        played += 1
+        check(c, violations)
+    w.finish(c)
+    return {
+        "devices": len(c.client.objects(GPUDevice)),
+        "vms": len(w.placed) + len(w.placed_later) + refused(w),
+        "events": played,
+        "faults": faults,
+        **figures(c),
         "violations": violations,
         "seconds": round(time.perf_counter() - started, 2),
-        "final_bindings": bindings,
+        **trace_figures(c, w),
+        "final_bindings": final_bindings(c),
+    }
+
+
+def refused(w: TraceWorkload) -> int:
+    return sum(1 for e in w.events[: w.next_event] if e.kind == CREATE) - (
+        len(w.placed) + len(w.placed_later) + w.unservable
+    )
+
+
+def trace_figures(c: Cluster, w: TraceWorkload) -> dict[str, Any]:
+    return {
+        "nodes": len(w.resources),
+        "classes": len(w.classes),
+        "pods": len(w.orders),
+        "orders_placed": len(w.placed),
+        "orders_placed_later": len(w.placed_later),
+        "orders_refused": refused(w),
+        "orders_unservable": w.unservable,
+        "late_events": w.late_events,
+        "simulated_hours": round((c.clock() - c.t0).total_seconds() / 3600, 2),
+        "gpu_hours_ordered": round(w.gpu_seconds_ordered / 3600, 2),
+        "gpu_hours_billed": gpu_hours_billed(c),
     }
 
 
@@ -192,6 +287,90 @@ def main_sim(
     nodes: int, gpus_per_node: int, vms: int, events: int, seed: int, chaos: bool, as_json: bool
 ) -> int:
     figures = asyncio.run(run(nodes, gpus_per_node, vms, events, seed, chaos))
+    return report(figures, as_json)
+
+
+def report(figures: dict[str, Any], as_json: bool) -> int:
     figures.pop("final_bindings")
     print(json.dumps(figures) if as_json else json.dumps(figures, indent=2))
     return 1 if figures["violations"] else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-binder sim",
+        description="The embedded cluster under a random workload or a GPU cluster trace, "
+        "with faults on --chaos; every invariant is checked after every event and the run "
+        "prints its figures (exit 1 on a violation).",
+    )
+    p.add_argument("--nodes", type=int, default=20, help="random: nodes (default 20)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="random: GPUs a node")
+    p.add_argument("--vms", type=int, default=100, help="random: VMs (default 100)")
+    p.add_argument("--events", type=int, default=2000, help="random: events (default 2000)")
+    p.add_argument(
+        "--trace",
+        nargs=2,
+        type=Path,
+        metavar=("NODES.csv", "PODS.csv"),
+        help="play an Alibaba GPU trace (node list, pod list) instead: each GPU pod is a VM "
+        "created and started at its creation_time, deleted at its deletion_time",
+    )
+    p.add_argument(
+        "--trace-pods",
+        type=int,
+        metavar="N",
+        help="trace: play only the first N GPU pods of the pod list (default all)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="trace: S trace seconds per simulated second (default 1)",
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--chaos", action="store_true", help="inject faults at random")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main_sim_cli(argv: Sequence[str]) -> int:
+    """`gpu-binder sim` with its own flags: 0 on a clean run, 1 on a violation, 2 on a usage
+    or trace error."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
+    if args.trace is None:
+        if args.trace_pods is not None or args.time_scale != 1.0:
+            return usage("--trace-pods and --time-scale need --trace")
+        return main_sim(
+            args.nodes, args.gpus_per_node, args.vms, args.events, args.seed, args.chaos, args.json
+        )
+    if args.trace_pods is not None and args.trace_pods < 1:
+        return usage("--trace-pods must be at least 1")
+    if not args.time_scale > 0:
+        return usage("--time-scale must be positive")
+    nodes_csv, pods_csv = args.trace
+    try:
+        nodes = load_nodes(nodes_csv)
+        orders = orders_from_pods(load_pods(pods_csv))
+    except TraceError as err:
+        return usage(str(err))
+    if not any(n.gpus for n in nodes):
+        return usage(f"{nodes_csv}: no node has a GPU")
+    if not orders:
+        return usage(f"{pods_csv}: no pod asks for a GPU")
+    orders = orders[: args.trace_pods]
+    figures = asyncio.run(run_trace(nodes, orders, args.seed, args.chaos, args.time_scale))
+    return report(figures, args.json)
+
+
+def usage(message: str) -> int:
+    print(f"gpu-binder sim: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main_sim_cli(sys.argv[1:]))

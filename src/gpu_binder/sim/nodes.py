@@ -49,18 +49,23 @@ async def cordon(client: MemoryClient, name: str, unschedulable: bool = True) ->
     return await modify(client, Node, name, "", change)
 
 
+# Allocatable the kubelet reports of the node itself, not of a device plugin.
+NODE_OWN = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
 async def set_allocatable(
     client: MemoryClient, name: str, allocatable: Mapping[str, int]
 ) -> Node | None:
-    """Replace the node's device-plugin units with allocatable (written only when changed)."""
+    """Replace the node's device-plugin units with allocatable (written only when changed);
+    its CPU and memory stay, as the kubelet reports them beside the plugins' units."""
 
     def change(node: Node) -> Node | None:
         if node.allocatable == dict(allocatable):
             return None
         raw = wire(node)
-        raw.setdefault("status", {})["allocatable"] = {
-            k: str(v) for k, v in sorted(allocatable.items())
-        }
+        status = raw.setdefault("status", {})
+        kept = {k: v for k, v in (status.get("allocatable") or {}).items() if k in NODE_OWN}
+        status["allocatable"] = {**kept, **{k: str(v) for k, v in sorted(allocatable.items())}}
         return Node.from_dict(raw)
 
     return await modify(client, Node, name, "", change, status=True)
