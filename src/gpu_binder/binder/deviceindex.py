@@ -7,10 +7,12 @@ devices to find the free ones of a class on a node, a VM's set, or what changed.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Set as AbstractSet
 
 from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
 from gpu_binder.binder.freestates import FreeStates
 from gpu_binder.binder.resources import NodeResources
+from gpu_binder.placement.topology import domain_of
 
 
 def is_free(d: GPUDevice) -> bool:
@@ -239,6 +241,18 @@ class DeviceIndex:
     def whole(self, class_name: str) -> int:
         """The class's largest node size: how many of its devices one node holds at most."""
         return max(self.node_sizes.get(class_name, {}), default=0)
+
+    def domain_sizes(
+        self, class_name: str, node: str, topology: str, within: AbstractSet[str] | None = None
+    ) -> dict[str, int]:
+        """The class's devices on the node (of `within` only, if given) per topology domain."""
+        sizes: dict[str, int] = {}
+        for name in self.names_on(node):
+            d = self.by_name[name]
+            if d.status.class_name == class_name and (within is None or name in within):
+                k = domain_of(d, topology)
+                sizes[k] = sizes.get(k, 0) + 1
+        return sizes
 
     def names_on(self, node: str) -> set[str]:
         return self.by_node.get(node, set())

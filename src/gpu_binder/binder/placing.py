@@ -37,7 +37,6 @@ from gpu_binder.placement import (
     options,
     rank_key,
 )
-from gpu_binder.placement.topology import domain_of
 
 
 def class_policy(ctx: Context, class_name: str) -> str:
@@ -134,14 +133,7 @@ def place(
         return [devices.by_name[n] for n in devices.free_on(class_name, node)]
 
     def load_domains(class_name: str, node: str) -> dict[str, int]:
-        topology = topology_of(ctx, class_name)
-        sizes: dict[str, int] = {}
-        for n in devices.names_on(node):
-            d = devices.by_name[n]
-            if d.status.class_name == class_name:
-                k = domain_of(d, topology)
-                sizes[k] = sizes.get(k, 0) + 1
-        return sizes
+        return devices.domain_sizes(class_name, node, topology_of(ctx, class_name))
 
     def ranked(group: Sequence[Mapping[str, int]]) -> list[Ranked]:
         entries = [e for o in group for e in _fits(ctx, o, only, exclude, key)]

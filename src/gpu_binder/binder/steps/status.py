@@ -9,7 +9,6 @@ from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.steps.devices import matching_classes
-from gpu_binder.placement.topology import domain_of
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:
@@ -40,16 +39,10 @@ def _pickable(ctx: Context, class_name: str, node: str, topology: str) -> int:
     free devices, or any up to all free once no domain of the node is that big."""
     devices = ctx.world.devices
     free = devices.free_on(class_name, node)
-    sizes: dict[str, int] = {}
-    free_in: dict[str, int] = {}
-    for name in devices.names_on(node):
-        d = devices.by_name[name]
-        if d.status.class_name == class_name:
-            k = domain_of(d, topology)
-            sizes[k] = sizes.get(k, 0) + 1
-            if name in free:
-                free_in[k] = free_in.get(k, 0) + 1
-    return len(free) if len(free) > max(sizes.values(), default=0) else max(free_in.values())
+    sizes = devices.domain_sizes(class_name, node, topology)
+    if len(free) > max(sizes.values(), default=0):
+        return len(free)
+    return max(devices.domain_sizes(class_name, node, topology, within=free).values())
 
 
 def class_status(ctx: Context) -> None:
