@@ -36,10 +36,11 @@ from gpu_binder.binder.config import Config
 from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
-from gpu_binder.binder.world import WATCHED, World
+from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import builders
 from gpu_binder.sim.memory import MemoryClient
+from gpu_binder.sim.selectors import selector_matches
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMESPACE = "tenant"
@@ -95,7 +96,7 @@ class Cluster:
         if self._lagging is not None:
             self._lagging.append(event)
         else:
-            self.world.apply(event)
+            self.world.apply(selected(event))
 
     def lag(self) -> None:
         """The binder's informers fall behind: events queue up until catch_up()."""
@@ -104,7 +105,7 @@ class Cluster:
     def catch_up(self) -> None:
         events, self._lagging = self._lagging or [], None
         for event in events:
-            self.world.apply(event)
+            self.world.apply(selected(event))
 
     # --- the admin ----------------------------------------------------------------------
 
@@ -485,8 +486,10 @@ class Cluster:
         self._unsubscribe()
         self.world = World()
         for kind in WATCHED:
+            selector = SELECTORS.get(kind, "")
             for obj in self.client.objects(kind):
-                self.world.apply(WatchEvent("ADDED", obj))
+                if selector_matches(selector, obj.metadata.labels):
+                    self.world.apply(WatchEvent("ADDED", obj))
         self._unsubscribe = self.client.subscribe(self._feed)
         self.config = config or self.config
         self.binder = Reconciler(self.client, self.world, self.config, clock=self.clock)

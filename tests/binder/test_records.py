@@ -6,8 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpu_binder.api.kubevirt import VirtualMachineInstance
-from gpu_binder.api.types import USAGE_FINALIZER, GPUUsageRecord, usage_record_name
+from gpu_binder.api.types import (
+    RECORD_CLOSED,
+    RECORD_OPEN,
+    RECORD_STATE_LABEL,
+    USAGE_FINALIZER,
+    GPUUsageRecord,
+    usage_record_name,
+)
 from gpu_binder.binder.config import Config
 from gpu_binder.client.interface import WatchEvent
 
@@ -130,6 +139,90 @@ async def test_a_closed_record_is_never_written_again(cluster: Cluster) -> None:
     closed = [r.metadata.resource_version for r in cluster.records()]
     await cluster.settle_after(hours=1)
     assert [r.metadata.resource_version for r in cluster.records()] == closed
+
+
+# --- the binder caches open records only: closed ones are the usage report's ----------
+
+
+def state(r: GPUUsageRecord) -> str | None:
+    return r.metadata.labels.get(RECORD_STATE_LABEL)
+
+
+def relabelled(r: GPUUsageRecord, **update: object) -> GPUUsageRecord:
+    """The record as stored with its labels (and spec fields) changed by someone else."""
+    labels = {k: v for k, v in r.metadata.labels.items() if k != RECORD_STATE_LABEL}
+    if update.pop("state", None) is not None:
+        labels[RECORD_STATE_LABEL] = RECORD_CLOSED
+    meta = r.metadata.model_copy(update={"labels": labels})
+    return r.model_copy(update={"metadata": meta, "spec": r.spec.model_copy(update=update)})
+
+
+async def test_a_closed_record_leaves_the_binders_cache(cluster: Cluster) -> None:
+    await running(cluster)
+    assert [state(r) for r in cluster.records()] == [RECORD_OPEN, RECORD_OPEN]
+    assert len(cluster.world.records) == 2
+    cluster.finish("vm")
+    await cluster.settle()
+    assert [state(r) for r in cluster.records()] == [RECORD_CLOSED, RECORD_CLOSED]
+    assert all(r.spec.end is not None for r in cluster.records())
+    assert cluster.world.records == {} and not cluster.world.open_records
+
+
+async def test_a_new_leaders_relist_holds_only_open_records(cluster: Cluster) -> None:
+    await running(cluster, gpus=1)
+    cluster.vm("other", 1, running=True)
+    await cluster.settle()
+    cluster.start("other")
+    await cluster.settle()
+    cluster.finish("vm")
+    await cluster.settle()
+    cluster.restart()
+    await cluster.settle()
+    held = [r.spec.vm for r in cluster.world.records.values()]
+    assert held == ["other"] and len(cluster.records()) == 2
+
+
+async def test_opening_a_record_that_exists_closed_is_no_error(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (device,) = await running(cluster, gpus=1)
+    (record,) = cluster.records()
+    # Closed while its device stays attached (say by hand): the binder's cache drops it,
+    # and its attachment would open the same record again.
+    closed = cluster.client.put(relabelled(record, state=RECORD_CLOSED, end=cluster.clock.now))
+    assert cluster.world.records == {}
+    opened: list[str] = []
+    create = cluster.client.create
+
+    async def counted(obj: Any, dry_run: bool = False) -> Any:
+        if isinstance(obj, GPUUsageRecord):
+            opened.append(obj.metadata.name)
+        return await create(obj, dry_run)
+
+    monkeypatch.setattr(cluster.client, "create", counted)
+    cluster.restart()  # a new leader, with nothing remembered of the record
+    result = await cluster.run()
+    assert not result.errors and not result.aborted
+    assert opened == [record.metadata.name]
+    # Already recorded: a change of its device does not try to open it again.
+    cluster.set_unschedulable(device)
+    await cluster.settle()
+    assert opened == [record.metadata.name] and cluster.records() == [closed]
+
+
+async def test_an_unlabelled_open_record_from_before_the_label_is_still_closed(
+    cluster: Cluster,
+) -> None:
+    await running(cluster, gpus=1)
+    (record,) = cluster.records()
+    cluster.client.put(relabelled(record))  # as a binder before the label wrote it
+    cluster.restart()  # the upgraded binder
+    await cluster.settle()
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    await cluster.settle()
+    (record,) = cluster.records()
+    assert record.spec.end == finished and state(record) == RECORD_CLOSED
 
 
 # --- the usage finalizer: a VMI stays until its records are closed -------------------

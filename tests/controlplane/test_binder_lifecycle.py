@@ -11,11 +11,20 @@ from realcluster import BINDER_SA, Fleet, end_vmi, eventually, namespace, run_vm
 
 from conftest import Binders, StartBinder
 from gpu_binder.api.kubevirt import VirtualMachineInstance
-from gpu_binder.api.types import USAGE_FINALIZER, GPUDevice, GPUUsageRecord, Phase
+from gpu_binder.api.types import (
+    RECORD_CLOSED,
+    RECORD_OPEN,
+    RECORD_STATE_LABEL,
+    USAGE_FINALIZER,
+    GPUDevice,
+    GPUUsageRecord,
+    Phase,
+)
 from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import NotFound
 from gpu_binder.envtest import ControlPlane
 from gpu_binder.kube import KubeClient, load
+from gpu_binder.kube.manager import Manager
 
 pytestmark = pytest.mark.controlplane
 
@@ -134,6 +143,74 @@ async def test_a_gpu_vmi_deleted_while_no_binder_runs_stays_until_one_closes_its
     await eventually(lambda: _vmi_gone(admin, ns, "vm"), what="the VMI gone")
     (record,) = await _records(admin, ns)
     assert record.spec.end == held.finished_at
+
+
+async def test_a_closed_record_leaves_the_binders_cache(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    binder = await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    await run_vmi(admin, vmi, node)
+    await eventually(lambda: _cached(binder, ns), what="the open record cached")
+
+    await end_vmi(admin, vmi)
+
+    (record,) = await eventually(lambda: _closed(admin, ns), what="the record closed")
+    assert record.metadata.labels[RECORD_STATE_LABEL] == RECORD_CLOSED
+    await eventually(lambda: _not_cached(binder, ns), what="the closed record dropped")
+
+
+async def test_an_open_record_from_before_the_state_label_is_still_closed(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: Binders
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    first = await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    await run_vmi(admin, vmi, node)
+    (record,) = await eventually(lambda: _records(admin, ns), what="a usage record opened")
+    await start_binder.stop(first)
+    # As a binder from before the label left it.
+    patch = {"metadata": {"labels": {RECORD_STATE_LABEL: None}}}
+    legacy = await admin.patch(GPUUsageRecord, record.metadata.name, ns, patch)
+    assert RECORD_STATE_LABEL not in legacy.metadata.labels
+
+    await start_binder(FAST)  # the upgraded binder
+    await eventually(lambda: _labelled(admin, ns, RECORD_OPEN), what="the record labelled")
+    await end_vmi(admin, vmi)
+
+    (closed,) = await eventually(lambda: _closed(admin, ns), what="the record closed")
+    assert closed.metadata.labels[RECORD_STATE_LABEL] == RECORD_CLOSED
+
+
+async def _cached(binder: Manager, ns: str) -> bool:
+    return any(r.metadata.namespace == ns for r in binder.world.records.values())
+
+
+async def _not_cached(binder: Manager, ns: str) -> bool:
+    return not await _cached(binder, ns)
+
+
+async def _closed(admin: KubeClient, ns: str) -> list[GPUUsageRecord]:
+    records = await _records(admin, ns)
+    return records if records and all(r.spec.end is not None for r in records) else []
+
+
+async def _labelled(admin: KubeClient, ns: str, state: str) -> bool:
+    records = await _records(admin, ns)
+    return bool(records) and all(
+        r.metadata.labels.get(RECORD_STATE_LABEL) == state for r in records
+    )
 
 
 async def _records(admin: KubeClient, ns: str) -> list[GPUUsageRecord]:

@@ -132,3 +132,17 @@ async def test_a_vm_stopped_while_the_binder_is_down_is_billed_until_its_finish_
     assert [r.spec.end for r in c.client.objects(GPUUsageRecord)] == [finished, finished]
     assert c.client.objects(VirtualMachineInstance) == []
     assert c.check() == []
+
+
+async def test_the_binders_cache_holds_only_open_records_before_and_after_a_new_leader() -> None:
+    c = Cluster([ClassDef("h100", RESOURCE, H100)])
+    await c.add_node("n1", "h100", 4)
+    c.add_vm("t", "vm1", {"h100": 1}, running=True)
+    c.add_vm("t", "vm2", {"h100": 1}, running=True)
+    await c.settle()
+    await c.set_running("t/vm1", False)
+    assert sorted(r.spec.vm for r in c.client.objects(GPUUsageRecord)) == ["vm1", "vm2"]
+    assert [r.spec.vm for r in c.world.records.values()] == ["vm2"]
+    c.restart_binder()
+    assert [r.spec.vm for r in c.world.records.values()] == ["vm2"]
+    assert c.check() == []

@@ -284,6 +284,22 @@ class GPUUsageRecord(Model):
     spec: GPUUsageRecordSpec
 
 
+# Open records carry this label (value RECORD_OPEN); the write that closes one sets it to
+# RECORD_CLOSED. The binder watches only OPEN_RECORDS: closed records are immutable and
+# only the usage report reads them, so its cache does not grow with the ledger.
+RECORD_STATE_LABEL = "gpu.cozystack.io/record-state"
+RECORD_OPEN = "open"
+RECORD_CLOSED = "closed"
+OPEN_RECORDS = f"{RECORD_STATE_LABEL}={RECORD_OPEN}"
+# Records written before the label: a new leader lists these once and labels the open ones.
+UNLABELLED_RECORDS = f"!{RECORD_STATE_LABEL}"
+
+
+def watched_record(record: GPUUsageRecord) -> bool:
+    """Whether the binder's cache holds the record: open, and labelled so (OPEN_RECORDS)."""
+    return record.spec.end is None and record.metadata.labels.get(RECORD_STATE_LABEL) == RECORD_OPEN
+
+
 def usage_record_name(vmi_uid: str, device: str) -> str:
     """Derived from the VMI uid and device, so opening a record twice is one record.
 

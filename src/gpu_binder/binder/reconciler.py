@@ -15,7 +15,15 @@ from typing import Any
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.meta import Condition
-from gpu_binder.api.types import FINALIZER, GPUDevice
+from gpu_binder.api.types import (
+    FINALIZER,
+    RECORD_OPEN,
+    RECORD_STATE_LABEL,
+    UNLABELLED_RECORDS,
+    GPUDevice,
+    GPUUsageRecord,
+    watched_record,
+)
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.events import MemoryRecorder, Recorder, merge
@@ -131,6 +139,10 @@ class Reconciler:
 
     async def _full_pass(self, now: datetime, result: Result) -> None:
         enabled = self.config.enabled
+        if self.scope.initial:
+            await self._label_unlabelled_records(now, result)
+            if result.aborted:
+                return
         await self._run(devices.finalizers, now, result)
         if enabled:
             await self._run(devices.classify, now, result)
@@ -163,6 +175,25 @@ class Reconciler:
             await self._run(status.node_status, now, result)
             await self._run(settings.settings, now, result)
             self._export()
+
+    async def _label_unlabelled_records(self, now: datetime, result: Result) -> None:
+        """A new leader's first pass: records opened before the record-state label (an
+        upgrade) are listed once and the open ones labelled, so the watch of open records
+        holds them and usage_records closes them; until it succeeds, every pass retries."""
+        try:
+            listed = await self.client.list(GPUUsageRecord, label_selector=UNLABELLED_RECORDS)
+        except ApiError as e:
+            result.errors.append(e)
+            result.aborted = True
+            return
+        ctx = self._context(now)
+        for rec in listed.items:
+            if rec.spec.end is not None:
+                continue  # closed before the upgrade: immutable, only the usage report's
+            labels = {**rec.metadata.labels, RECORD_STATE_LABEL: RECORD_OPEN}
+            meta = rec.metadata.model_copy(update={"labels": labels})
+            ctx.plan.write("update", rec.model_copy(update={"metadata": meta}))
+        await self._execute(ctx.plan, now, result)
 
     def _export(self) -> None:
         ctx = self._context(self.clock())
@@ -237,7 +268,13 @@ class Reconciler:
                 return await c.create(w.obj)
             except AlreadyExists:
                 meta = w.obj.metadata
-                return await c.get(type(w.obj), meta.name, meta.namespace)
+                found = await c.get(type(w.obj), meta.name, meta.namespace)
+                if isinstance(found, GPUUsageRecord) and not watched_record(found):
+                    # Recorded and closed already (closed records are not cached): the
+                    # interval is not opened again (see records.usage_records).
+                    key = (meta.namespace, meta.name)
+                    self.memory.closed_records[found.spec.device] = key
+                return found
         if w.verb == "apply":
             return await c.apply(KubeVirt, w.obj.body)
         if w.verb == "finalizers":

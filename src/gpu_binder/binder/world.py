@@ -16,12 +16,14 @@ from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import (
     GROUP,
+    OPEN_RECORDS,
     USAGE_FINALIZER,
     GPUBindRequest,
     GPUClass,
     GPUDevice,
     GPUUsageRecord,
     RequestPhase,
+    watched_record,
 )
 from gpu_binder.binder.deviceindex import DeviceIndex, discard_from
 from gpu_binder.client.interface import WatchEvent
@@ -114,9 +116,12 @@ class World:
             else:
                 self.pending_requests.discard(key)
         elif isinstance(obj, GPUUsageRecord):
+            # Only open records are cached (SELECTORS): a closed one, by an event or by the
+            # response of the write that closed it, leaves the cache.
+            deleted = deleted or not watched_record(obj)
             key = f"{obj.metadata.namespace}/{obj.metadata.name}"
             _put(self.records, key, obj, deleted)
-            if not deleted and obj.spec.end is None:
+            if not deleted:
                 self.open_records.add(key)
                 self.open_by_device[obj.spec.device].add(key)
                 self.open_by_vmi[obj.spec.vmi.uid].add(key)
@@ -367,6 +372,18 @@ WATCHED: tuple[type[Any], ...] = (
     GPUUsageRecord,
     KubeVirt,
 )
+
+# The label selector a kind in WATCHED is listed and watched with: only open usage records.
+SELECTORS: dict[type[Any], str] = {GPUUsageRecord: OPEN_RECORDS}
+
+
+def selected(event: WatchEvent[Any]) -> WatchEvent[Any]:
+    """An event as a watch with SELECTORS shows it: a usage record that is not (any more)
+    selected arrives as DELETED, as the API server sends it. For feeds of every object."""
+    obj = event.object
+    if isinstance(obj, GPUUsageRecord) and event.type != "DELETED" and not watched_record(obj):
+        return WatchEvent("DELETED", obj)
+    return event
 
 
 def _age(cls: GPUClass) -> tuple[datetime, str]:

@@ -21,7 +21,7 @@ from gpu_binder.api.types import GPUBindRequest
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import WATCHED, World
+from gpu_binder.binder.world import SELECTORS, WATCHED, World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.cache import Informer, Informers
 from gpu_binder.kube.client import KubeClient
@@ -103,7 +103,14 @@ class Manager:
     def _informer(self, kind: type[Any]) -> Informer[Any]:
         namespace = self.config.kubevirt_namespace if kind is KubeVirt else None
         relisted = self.run_metrics.relists.labels(resource_of(kind).plural).inc
-        return Informer(self.client, kind, self._on_event, namespace, on_relist=relisted)
+        return Informer(
+            self.client,
+            kind,
+            self._on_event,
+            namespace,
+            label_selector=SELECTORS.get(kind),
+            on_relist=relisted,
+        )
 
     def _on_event(self, event: WatchEvent[Any]) -> None:
         self.world.apply(event)

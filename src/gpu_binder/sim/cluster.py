@@ -19,7 +19,7 @@ from gpu_binder.binder.config import Config
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import WATCHED, World
+from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.admission import call_webhook
@@ -32,6 +32,7 @@ from gpu_binder.sim.kubelet import Kubelet
 from gpu_binder.sim.kubevirt import KubeVirtSim
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
+from gpu_binder.sim.selectors import selector_matches
 from gpu_binder.webhook.decision import Admitter
 
 
@@ -120,14 +121,18 @@ class Cluster:
         return Reconciler(self.client, self.world, self.config, self.clock.now, self.recorder)
 
     def _relist(self) -> None:
+        # As the manager's informers list: with each kind's selector (only open records).
         for kind in WATCHED:
+            selector = SELECTORS.get(kind, "")
             for obj in self.client.objects(kind):
-                self.world.apply(WatchEvent("ADDED", obj))
+                if selector_matches(selector, obj.metadata.labels):
+                    self.world.apply(WatchEvent("ADDED", obj))
 
     def _event(self, kind: type[Any], ev: WatchEvent[Any]) -> None:
         if kind not in WATCHED:
             return
-        self.world.apply(ev)
+        # The feed carries every object; a selected watch sends one leaving it as DELETED.
+        self.world.apply(selected(ev))
         if kind is GPUBindRequest:
             # A request enqueues the requests key alone: the webhook waits for its answer.
             self.dirty_requests = self.dirty_requests or ev.type != "DELETED"

@@ -8,6 +8,9 @@ from datetime import datetime
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
+    RECORD_CLOSED,
+    RECORD_OPEN,
+    RECORD_STATE_LABEL,
     USAGE_FINALIZER,
     GPUDevice,
     GPUUsageRecord,
@@ -39,7 +42,11 @@ def usage_records(ctx: Context) -> None:
         if not in_use(ctx, d):
             continue
         rname = usage_record_name(att.vmi.uid, name)
-        if f"{att.vmi.namespace}/{rname}" in world.records:
+        # Recorded: open in the cache, or found closed already (only open ones are cached;
+        # see Reconciler._write) — an interval is never opened twice.
+        if f"{att.vmi.namespace}/{rname}" in world.records or ctx.memory.closed_records.get(
+            name
+        ) == (att.vmi.namespace, rname):
             opened[name] = (d, vmi)
             continue
         ctx.plan.write("create", _open(d, rname))
@@ -75,15 +82,19 @@ def usage_records(ctx: Context) -> None:
             continue
         end = max(_ended(ctx, rec, dev), rec.spec.start)
         spec = rec.spec.model_copy(update={"end": end})
-        ctx.plan.write("update", rec.model_copy(update={"spec": spec}))
+        # Closed, it leaves the binder's selection (OPEN_RECORDS) in the same write.
+        labels = {**rec.metadata.labels, RECORD_STATE_LABEL: RECORD_CLOSED}
+        meta = rec.metadata.model_copy(update={"labels": labels})
+        ctx.plan.write("update", rec.model_copy(update={"metadata": meta, "spec": spec}))
 
 
 def _open(d: GPUDevice, rname: str) -> GPUUsageRecord:
     att, binding = d.status.attachment, d.status.binding
     assert att is not None
     vm = binding.vm.name if binding is not None else att.vmi.name
+    labels = {RECORD_LABEL_VM: vm, RECORD_STATE_LABEL: RECORD_OPEN}
     return GPUUsageRecord(
-        metadata=ObjectMeta(name=rname, namespace=att.vmi.namespace, labels={RECORD_LABEL_VM: vm}),
+        metadata=ObjectMeta(name=rname, namespace=att.vmi.namespace, labels=labels),
         spec=GPUUsageRecordSpec(
             vm=vm,
             vmi=VMRef(name=att.vmi.name, uid=att.vmi.uid),
