@@ -125,7 +125,7 @@ class Cluster:
         for kind in WATCHED:
             selector = SELECTORS.get(kind, "")
             for obj in self.client.objects(kind):
-                if selector_matches(selector, obj.metadata.labels):
+                if not selector or selector_matches(selector, obj.metadata.labels):
                     self.world.apply(WatchEvent("ADDED", obj))
 
     def _event(self, kind: type[Any], ev: WatchEvent[Any]) -> None:
