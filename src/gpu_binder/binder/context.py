@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpu_binder.api.types import GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.binder.plan import Note, Plan
@@ -54,6 +55,8 @@ class Memory:
     clean: dict[str, Verdicts] = field(default_factory=dict)
     # Clean orders whose verdict a clock will change (a reservation running out).
     order_deadlines: Deadlines = field(default_factory=Deadlines)
+    # Per node: its bound devices by VM key, as of a device generation (steps.defrag).
+    bound_on_node: dict[str, tuple[int, dict[str, list[GPUDevice]]]] = field(default_factory=dict)
     # Answered bind requests, by key, due for deletion should their webhook not delete them.
     request_expiry: Deadlines = field(default_factory=Deadlines)
 

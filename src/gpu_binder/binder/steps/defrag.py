@@ -175,16 +175,29 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
     return None
 
 
-def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]:
+def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
+    """The node's bound devices by VM key, kept until a device of the node changes: a
+    search walks every node of a class, again on each resync, and most nodes are as the
+    last search found them."""
     devices = ctx.world.devices
+    gen = devices.node_gen.get(node, 0)
+    cached = ctx.memory.bound_on_node.get(node)
+    if cached is not None and cached[0] == gen:
+        return cached[1]
     by_key: dict[str, list[GPUDevice]] = {}
     for name in devices.names_on(node):
         d = devices.by_name[name]
-        if d.status.binding is not None and d.status.binding.vm.key != key:
+        if d.status.binding is not None:
             by_key.setdefault(d.status.binding.vm.key, []).append(d)
+    ctx.memory.bound_on_node[node] = (gen, by_key)
+    return by_key
+
+
+def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]:
+    devices = ctx.world.devices
     out: list[Victim] = []
-    for vkey, devs in sorted(by_key.items()):
-        if not movable(ctx, vkey):
+    for vkey, devs in sorted(_bound_on(ctx, node).items()):
+        if vkey == key or not movable(ctx, vkey):
             continue
         # What the node gets back: devices of the class a new tenant may take once released.
         gpus = sum(1 for d in devs if d.status.class_name == class_name and _reusable(d))
