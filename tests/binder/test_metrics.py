@@ -46,15 +46,20 @@ def gauge(cluster: Cluster, name: str) -> float | None:
     return cluster.binder.metrics.registry.get_sample_value(name)
 
 
-async def refused_adoption(cluster: Cluster) -> None:
-    """vm's set is on node-a; its VMI runs on node-b, which has too few free devices."""
+async def unmanaged_for(cluster: Cluster, seconds: float) -> None:
+    """vm's set is on node-a; its VMI has run on node-b, which has too few free devices to
+    adopt it, for `seconds` (the attachment grace is 30)."""
     cluster.node("node-a")
     cluster.node("node-b", 1)
     cluster.vm("vm", 2)
     await cluster.settle()
     cluster.start("vm", node="node-b", devices=())
     await cluster.settle()
-    await cluster.settle_after(seconds=30)
+    await cluster.settle_after(seconds=seconds)
+
+
+async def refused_adoption(cluster: Cluster) -> None:
+    await unmanaged_for(cluster, 30)
     assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 1
 
 
@@ -89,11 +94,5 @@ async def test_the_unmanaged_gauge_returns_to_zero_within_a_resync_when_the_vmi_
 async def test_a_vmi_within_its_attachment_grace_is_not_counted_as_unmanaged(
     cluster: Cluster,
 ) -> None:
-    cluster.node("node-a")
-    cluster.node("node-b", 1)
-    cluster.vm("vm", 2)
-    await cluster.settle()
-    cluster.start("vm", node="node-b", devices=())
-    await cluster.settle()
-    await cluster.settle_after(seconds=29)
+    await unmanaged_for(cluster, 29)
     assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 0

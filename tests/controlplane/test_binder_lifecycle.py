@@ -118,14 +118,7 @@ async def test_a_concurrent_write_costs_a_conflict_and_never_a_wrong_placement(
 async def test_a_gpu_vmi_deleted_while_no_binder_runs_stays_until_one_closes_its_records(
     control_plane: ControlPlane, admin: KubeClient, start_binder: Binders
 ) -> None:
-    fleet = Fleet(admin, gpus_per_node=1)
-    await fleet.create_class()
-    node = await fleet.create_node("a")
-    ns = namespace(control_plane)
-    first = await start_binder(FAST)
-    vm = await fleet.create_vm(ns, "vm", gpus=1)
-    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
-    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    ns, node, first, vmi = await _a_gpu_vmi(control_plane, admin, start_binder)
     assert USAGE_FINALIZER in vmi.metadata.finalizers  # the webhook's patch added it
     await run_vmi(admin, vmi, node)
     await eventually(lambda: _records(admin, ns), what="a usage record opened")
@@ -148,14 +141,7 @@ async def test_a_gpu_vmi_deleted_while_no_binder_runs_stays_until_one_closes_its
 async def test_a_closed_record_leaves_the_binders_cache(
     control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
 ) -> None:
-    fleet = Fleet(admin, gpus_per_node=1)
-    await fleet.create_class()
-    node = await fleet.create_node("a")
-    ns = namespace(control_plane)
-    binder = await start_binder(FAST)
-    vm = await fleet.create_vm(ns, "vm", gpus=1)
-    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
-    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    ns, node, binder, vmi = await _a_gpu_vmi(control_plane, admin, start_binder)
     await run_vmi(admin, vmi, node)
     await eventually(lambda: _cached(binder, ns), what="the open record cached")
 
@@ -169,14 +155,7 @@ async def test_a_closed_record_leaves_the_binders_cache(
 async def test_an_open_record_from_before_the_state_label_is_still_closed(
     control_plane: ControlPlane, admin: KubeClient, start_binder: Binders
 ) -> None:
-    fleet = Fleet(admin, gpus_per_node=1)
-    await fleet.create_class()
-    node = await fleet.create_node("a")
-    ns = namespace(control_plane)
-    first = await start_binder(FAST)
-    vm = await fleet.create_vm(ns, "vm", gpus=1)
-    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
-    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    ns, node, first, vmi = await _a_gpu_vmi(control_plane, admin, start_binder)
     await run_vmi(admin, vmi, node)
     (record,) = await eventually(lambda: _records(admin, ns), what="a usage record opened")
     await start_binder.stop(first)
@@ -191,6 +170,20 @@ async def test_an_open_record_from_before_the_state_label_is_still_closed(
 
     (closed,) = await eventually(lambda: _closed(admin, ns), what="the record closed")
     assert closed.metadata.labels[RECORD_STATE_LABEL] == RECORD_CLOSED
+
+
+async def _a_gpu_vmi(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> tuple[str, str, Manager, VirtualMachineInstance]:
+    """A namespace, a node with one GPU, a binder, and a VM's VMI admitted with that GPU."""
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    binder = await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    await eventually(lambda: _on(fleet, ns, "vm", node, 1), what="bound")
+    return ns, node, binder, await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
 
 
 async def _cached(binder: Manager, ns: str) -> bool:
