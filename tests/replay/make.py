@@ -12,7 +12,7 @@ POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
     "creation_time,deletion_time,scheduled_time"
 )
-SHIPPED = Path(__file__).resolve().parents[3] / "shared" / "data" / "alibaba-gpu-v2023"
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "alibaba-gpu-v2023"
 
 
 def node(name: str, gpus: int = 8, model: str = "A", cpu: int = 64_000, mem: int = 256_000) -> Node:

@@ -12,8 +12,6 @@ from gpu_binder.replay.trace import load_nodes, load_pods
 
 from .make import SHIPPED
 
-pytestmark = pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shared trace is absent")
-
 
 @pytest.mark.parametrize("variant", ["default", "gpuspec33"])
 def test_the_binder_beats_every_baseline_close_to_the_bound(variant: str) -> None:

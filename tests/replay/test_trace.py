@@ -122,7 +122,6 @@ def test_an_unreadable_file_is_a_trace_error(tmp_path: Path) -> None:
         load_nodes(tmp_path / "absent.csv")
 
 
-@pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shared trace is not next to the checkout")
 def test_the_shipped_trace_loads_whole() -> None:
     nodes = load_nodes(SHIPPED / "openb_node_list_gpu_node.csv")
     pods = load_pods(SHIPPED / "openb_pod_list_gpuspec33.csv")

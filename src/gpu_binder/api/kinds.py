@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import (
     API_VERSION,
     GPUBindRequest,
@@ -130,6 +131,7 @@ RESOURCES: dict[type[Any], Resource] = {
         VirtualMachineInstance.from_dict,
     ),
     Node: Resource("v1", "Node", "nodes", False, True, Node.from_dict),
+    Pod: Resource("v1", "Pod", "pods", True, True, Pod.from_dict),
     KubeVirt: Resource("kubevirt.io/v1", "KubeVirt", "kubevirts", True, True, KubeVirt.from_dict),
     Event: Resource("events.k8s.io/v1", "Event", "events", True, False, Event.from_dict),
 }
