@@ -137,9 +137,7 @@ def test_a_term_that_requires_the_node_already_is_left_as_it_is() -> None:
     """The pod webhook runs again when a later webhook changed the pod (reinvocation), and
     KubeVirt may have copied the VMI's pin into the pod: the node is required once."""
     zone = {"key": "zone", "operator": "In", "values": ["a"]}
-    required = {
-        "nodeSelectorTerms": [{"matchFields": [NODE_ONLY]}, {"matchExpressions": [zone]}]
-    }
+    required = {"nodeSelectorTerms": [{"matchFields": [NODE_ONLY]}, {"matchExpressions": [zone]}]}
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
     assert terms(pinned(vmi(affinity=affinity))) == [
         {"matchFields": [NODE_ONLY]},
