@@ -80,6 +80,5 @@ async def _a_launcher_pod_is_pinned(client: KubeClient) -> None:
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
     node = bound.spec.node_name
-    assert terms == [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    ]
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    assert [t["matchFields"] for t in terms] == [[pin]]

@@ -28,6 +28,8 @@ from gpu_binder.sim.launcher import render_launcher_pod
 pytestmark = pytest.mark.controlplane
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+# KubeVirt's own requirement in every required term of a host-model VMI's pods.
+HOST_MODEL = {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
 POD_WEBHOOK = "pod.gpu-binder.cozystack.io"
 VMI_WEBHOOK = "vmi.gpu-binder.cozystack.io"
 
@@ -83,15 +85,15 @@ async def test_a_pod_of_a_vmi_that_lost_its_affinity_is_pinned_to_the_sets_node_
     vm = await fleet.create_vm(tenant.ns, "vm", gpus=2)
     vmi, node = await pinned_vmi(admin, fleet, tenant, vm, 2)
     pod = render_launcher_pod(vmi.raw, temp=temp)
-    assert "affinity" not in pod["spec"]
+    rendered = pod["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    assert rendered == [{"matchExpressions": [HOST_MODEL]}], "KubeVirt's own term, no pin"
 
     status, created = await tenant.create_pod(pod)
 
     assert status == 201, created
     terms = created["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
-    assert terms == [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    ]
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    assert terms == [{"matchExpressions": [HOST_MODEL], "matchFields": [pin]}]
     slots = {n for n in created["spec"]["containers"][0]["resources"]["limits"] if "-s" in n}
     assert slots == {g["deviceName"] for g in vmi.raw["spec"]["domain"]["devices"]["gpus"]}
 

@@ -27,10 +27,17 @@ from gpu_binder.webhook.review import BadReview, review_request
 H100_SLOT = "gpu.cozystack.io/10de-2330-s{}"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 USER_TERM = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+# KubeVirt's own requirement in every required term of a host-model VMI's pods.
+HOST_MODEL = {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
 
 
 def on(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def pinned_to(node: str) -> list[dict[str, Any]]:
+    """The required terms of a pod KubeVirt rendered with no affinity of the VMI's, pinned."""
+    return [{"matchExpressions": [HOST_MODEL], "matchFields": [on(node)]}]
 
 
 async def started(cluster: Cluster, vm: VirtualMachine, **spec: Any) -> VirtualMachineInstance:
@@ -96,11 +103,11 @@ async def test_a_launcher_pod_is_pinned_to_its_sets_node_though_its_vmi_lost_the
     cluster.gpu("node-b", 5, vm=vm)
     vmi = await started(cluster, vm)
     pod = render_launcher_pod(without_affinity(vmi))
-    assert "affinity" not in pod["spec"]
+    assert terms(pod) == [{"matchExpressions": [HOST_MODEL]}], "KubeVirt's term, no pin"
 
     out = admitted(await pinner(cluster).admit(pod_review(pod)), pod)
 
-    assert terms(out) == [{"matchFields": [on("node-b")]}]
+    assert terms(out) == pinned_to("node-b")
     limits = out["spec"]["containers"][0]["resources"]["limits"]
     assert {H100_SLOT.format(2), H100_SLOT.format(5)} <= set(limits)
 
@@ -119,8 +126,11 @@ async def test_the_users_terms_stay_each_anded_with_the_sets_node(cluster: Clust
     out = admitted(pinner(cluster).decide(pod_review(pod)), pod)
 
     assert terms(out) == [
-        {**USER_TERM, "matchFields": [on("node-c")]},
-        {"matchFields": [on("node-c")]},
+        {
+            "matchExpressions": [*USER_TERM["matchExpressions"], HOST_MODEL],
+            "matchFields": [on("node-c")],
+        },
+        {"matchExpressions": [HOST_MODEL], "matchFields": [on("node-c")]},
     ]
 
 
@@ -135,7 +145,7 @@ async def test_the_wait_for_first_consumer_temporary_pod_is_pinned_like_the_laun
 
     out = admitted(pinner(cluster).decide(pod_review(temp)), temp)
 
-    assert terms(out) == [{"matchFields": [on("node-a")]}]
+    assert terms(out) == pinned_to("node-a")
 
 
 async def test_a_pod_rendered_before_the_sync_keeps_its_one_pin(cluster: Cluster) -> None:
@@ -160,7 +170,7 @@ async def test_a_pod_of_a_node_pinning_class_is_pinned_to_its_sets_node(cluster:
 
     out = admitted(pinner(cluster).decide(pod_review(pod)), pod)
 
-    assert terms(out) == [{"matchFields": [on("node-c")]}]
+    assert terms(out) == pinned_to("node-c")
 
 
 async def test_a_standalone_vmis_pod_is_pinned_to_the_set_of_the_vmi(cluster: Cluster) -> None:
@@ -176,7 +186,7 @@ async def test_a_standalone_vmis_pod_is_pinned_to_the_set_of_the_vmi(cluster: Cl
 
     out = admitted(pinner(cluster).decide(pod_review(pod)), pod)
 
-    assert terms(out) == [{"matchFields": [on("node-a")]}]
+    assert terms(out) == pinned_to("node-a")
 
 
 # --- passing untouched ---------------------------------------------------------------------
@@ -373,7 +383,7 @@ async def test_admit_reads_the_vmi_its_cache_does_not_have_yet(cluster: Cluster)
 
     out = admitted(await pinner(cluster).admit(pod_review(pod)), pod)
 
-    assert terms(out) == [{"matchFields": [on("node-b")]}]
+    assert terms(out) == pinned_to("node-b")
 
 
 async def test_admit_pins_to_where_the_set_is_not_where_a_lagging_cache_last_saw_it(
@@ -394,13 +404,13 @@ async def test_admit_pins_to_where_the_set_is_not_where_a_lagging_cache_last_saw
     vmi = await started(cluster, vm)
     lagging.apply(WatchEvent("ADDED", vmi))
     pod = render_launcher_pod(without_affinity(vmi))
-    assert terms(admitted(PodPinner(lagging).decide(pod_review(pod)), pod)) == [
-        {"matchFields": [on("node-a")]}
-    ], "the cache alone pins where the set was"
+    assert terms(admitted(PodPinner(lagging).decide(pod_review(pod)), pod)) == pinned_to(
+        "node-a"
+    ), "the cache alone pins where the set was"
 
     out = admitted(await pinner(cluster, lagging).admit(pod_review(pod)), pod)
 
-    assert terms(out) == [{"matchFields": [on("node-b")]}]
+    assert terms(out) == pinned_to("node-b")
 
 
 async def test_admit_counts_only_devices_bound_to_the_order_whatever_the_annotation_names(

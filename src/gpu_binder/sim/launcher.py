@@ -14,8 +14,13 @@ DataVolume waits for its first consumer):
   `devices.kubevirt.io/kvm`, `tun` and `vhost-net` (`getRequiredResources`, for a VMI on the
   pod network), and one unit per `gpus[]` / `hostDevices[]` entry of its `deviceName`
   (`renderresources.go` `WithGPUsDevicePlugins`, `WithHostDevicesDevicePlugins`);
-- the VMI's affinity copied as it is at render time, its node selector plus
-  `kubevirt.io/schedulable=true` (`NodeSelectorRenderer`), its tolerations.
+- the VMI's affinity copied as it is at render time, then (`setNodeAffinityForPod`) a
+  `DoesNotExist` requirement on `node-labeller.kubevirt.io/obsolete-host-model` ANDed into
+  every required term when the CPU model is unset or host-model (KubeVirt's default), and
+  one per forbidden CPU feature (`modifyNodeAffintyToRejectLabel`): a launcher pod mostly
+  has a required term of KubeVirt's own even when its VMI has no affinity;
+- its node selector plus `kubevirt.io/schedulable=true` (`NodeSelectorRenderer`), its
+  tolerations.
 
 A stand-in of what gpu-binder's pod webhook and the embedded cluster need: volumes, probes,
 sidecars and security contexts are left out.
@@ -33,6 +38,10 @@ from gpu_binder.api.pod import APP_LABEL, CREATED_BY_LABEL, LAUNCHER, VMI_KIND
 DOMAIN_ANNOTATION = "kubevirt.io/domain"
 EPHEMERAL_ANNOTATION = "kubevirt.io/ephemeral-provisioning"
 SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
+VM_NAME_LABEL = "vm.kubevirt.io/name"
+HOST_MODEL_OBSOLETE = "node-labeller.kubevirt.io/obsolete-host-model"
+CPU_FEATURE_LABEL = "cpu-feature.node.kubevirt.io/"
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # What every VMI on the pod network gets besides its own resources (getRequiredResources).
 VIRTUALIZATION_DEVICES = (
     "devices.kubevirt.io/kvm",
@@ -61,6 +70,8 @@ def render_launcher_pod(vmi_raw: dict[str, Any], *, temp: bool = False) -> dict[
         **(meta.get("labels") or {}),
         APP_LABEL: LAUNCHER,
         CREATED_BY_LABEL: str(meta.get("uid", "")),
+        # dns.SanitizeHostname: spec.hostname, else the name up to its first dot.
+        VM_NAME_LABEL: str(spec.get("hostname") or name.split(".")[0])[:63],
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -70,6 +81,8 @@ def render_launcher_pod(vmi_raw: dict[str, Any], *, temp: bool = False) -> dict[
     for field in ("affinity", "tolerations", "schedulerName", "priorityClassName"):
         if spec.get(field):
             pod_spec[field] = copy.deepcopy(spec[field])
+    for label in _rejected_labels(spec):
+        pod_spec["affinity"] = _reject(pod_spec.get("affinity"), label)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -117,3 +130,34 @@ def _compute(spec: dict[str, Any], temp: bool) -> dict[str, Any]:
         "command": command,
         "resources": {"requests": requests, "limits": limits},
     }
+
+
+def _rejected_labels(spec: dict[str, Any]) -> list[str]:
+    """Node labels the pod must not land on (setNodeAffinityForPod)."""
+    cpu = (spec.get("domain") or {}).get("cpu") or {}
+    out = []
+    if cpu.get("model", "") in ("", "host-model"):
+        out.append(HOST_MODEL_OBSOLETE)
+    for feature in cpu.get("features") or ():
+        if isinstance(feature, dict) and feature.get("policy") == "forbid":
+            out.append(CPU_FEATURE_LABEL + str(feature.get("name", "")))
+    return out
+
+
+def _reject(affinity: dict[str, Any] | None, label: str) -> dict[str, Any]:
+    """The affinity with `label DoesNotExist` in every required term, as
+    modifyNodeAffintyToRejectLabel writes it (an empty term list stays empty)."""
+    requirement = {"key": label, "operator": "DoesNotExist"}
+    fresh = {_REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}
+    out = copy.deepcopy(affinity) if affinity else {}
+    node = out.get("nodeAffinity")
+    if not isinstance(node, dict):
+        out["nodeAffinity"] = fresh
+        return out
+    required = node.get(_REQUIRED)
+    if not isinstance(required, dict):
+        node[_REQUIRED] = fresh[_REQUIRED]
+        return out
+    for term in required.get("nodeSelectorTerms") or ():
+        term["matchExpressions"] = [*(term.get("matchExpressions") or ()), requirement]
+    return out
