@@ -6,6 +6,14 @@ into each of them, and missing parents are created, because a patch op fails on 
 whose parent does not exist. A VMI and a Pod keep their affinity at the same place
 (spec.affinity), so one function serves both. It also adds the usage finalizer, which holds
 the VMI until the binder has closed its usage records.
+
+The VMI's node requirement is a second line, not the pin: under KubeVirt's default
+`vmRolloutStrategy: LiveUpdate` the VM controller sets a VM's VMI affinity back to the
+template's on its next sync (vm.go `handleAffinityChangeRequest`), usually before the
+launcher pod is rendered, and the pod webhook pins the pods themselves. It holds where
+nothing reverts it (standalone VMIs, `Stage`, a VM marked RestartRequired), and nothing
+this patch writes marks a VM RestartRequired (vm.go `syncRestartRequired` compares the VM
+with its own spec saved at the start, never with the VMI).
 """
 
 from __future__ import annotations
