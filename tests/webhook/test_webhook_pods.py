@@ -260,6 +260,21 @@ async def test_a_pod_holding_a_slot_of_another_vms_set_is_refused(cluster: Clust
     )
 
 
+async def test_a_foreign_slot_is_refused_in_an_excluded_namespace_too(cluster: Cluster) -> None:
+    """Excluded namespaces skip binding, not the check: slots are nobody's to name."""
+    vm = cluster.vm("vm1", {"h100": 1})
+    other = cluster.vm("vm2", {"h100": 1})
+    cluster.gpu("node-b", 1, vm=vm)
+    cluster.gpu("node-a", 6, vm=other)
+    raw = without_affinity(await started(cluster, vm))
+    raw["spec"]["domain"]["devices"]["gpus"][0]["deviceName"] = H100_SLOT.format(6)
+    pod = render_launcher_pod(raw)
+
+    message = denial(pinner(cluster, excluded_namespaces=(NS,)).decide(pod_review(pod)))
+
+    assert f"the pod holds slot resource {H100_SLOT.format(6)}" in message
+
+
 async def test_a_pod_holding_its_sets_slot_twice_is_refused(cluster: Cluster) -> None:
     vm = cluster.vm("vm1", {"h100": 1})
     cluster.gpu("node-b", 1, vm=vm)
