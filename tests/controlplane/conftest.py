@@ -108,11 +108,12 @@ def binder_setup(
     certs = tmp_path_factory.mktemp("webhook-certs")
     cert_file, key_file = cp.certs.ca.issue_serving("gpu-binder-webhook").write(certs, "tls")
     config = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
-    hook = config["webhooks"][0]
-    hook["clientConfig"] = {
-        "url": f"https://127.0.0.1:{port}/mutate",
-        "caBundle": base64.b64encode(cp.ca_pem).decode(),
-    }
+    for hook in config["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {
+            "url": f"https://127.0.0.1:{port}{path}",
+            "caBundle": base64.b64encode(cp.ca_pem).decode(),
+        }
     put(cp, config)
     return BinderSetup(cp, port, cert_file, key_file)
 

@@ -247,17 +247,15 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
 
     hook = one(docs, "MutatingWebhookConfiguration")
     assert "annotations" not in hook["metadata"]
-    (webhook,) = hook["webhooks"]
-    assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 15)
-    assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == certs.ca
-    excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert excluded == [
-        "kube-system",
-        "kube-public",
-        "kube-node-lease",
-        "gpu-system",
-        "tenant-system",
-    ]
+    vmis, pods = hook["webhooks"]
+    system = ["kube-system", "kube-public", "kube-node-lease", "gpu-system"]
+    for webhook in (vmis, pods):
+        assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 15)
+        assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == certs.ca
+    excluded = vmis["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert excluded == [*system, "tenant-system"]
+    # Slot resources are checked on pods in every namespace but the system ones.
+    assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == system
     secret = one(docs, "Secret")
     assert secret["type"] == "kubernetes.io/tls"
     assert base64.b64decode(secret["data"]["tls.crt"]).decode() == certs.crt
@@ -318,10 +316,12 @@ def assert_consistent(docs: list[dict[str, Any]], namespace: str) -> None:
     pod = binder["spec"]["template"]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert binder["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
-    target = webhook["clientConfig"]["service"]
-    assert (target["name"], target["namespace"]) == (service["metadata"]["name"], namespace)
-    assert target["port"] in {p["port"] for p in service["spec"]["ports"]}
+    webhooks = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    for webhook in webhooks:
+        target = webhook["clientConfig"]["service"]
+        assert (target["name"], target["namespace"]) == (service["metadata"]["name"], namespace)
+        assert target["port"] in {p["port"] for p in service["spec"]["ports"]}
+    assert [w["clientConfig"]["service"]["path"] for w in webhooks] == ["/mutate", "/mutate-pods"]
     # The Secret the binder mounts is the chart's, or the one its Certificate makes.
     (tls,) = [v for v in pod["spec"]["volumes"] if v["name"] == "certs"]
     secret = tls["secret"]["secretName"]

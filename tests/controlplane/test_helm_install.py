@@ -156,8 +156,8 @@ def test_a_vmi_asking_for_a_gpu_is_refused_while_no_binder_answers_the_webhook(
     cp = release.cp
     # No kubelet: no binder pod runs, so the webhook's Service has no one behind it.
     assert release.stored(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"] == []
-    (hook,) = release.stored(OBJECTS["MutatingWebhookConfiguration"])["webhooks"]
-    assert hook["failurePolicy"] == "Fail"
+    hooks = release.stored(OBJECTS["MutatingWebhookConfiguration"])["webhooks"]
+    assert [h["failurePolicy"] for h in hooks] == ["Fail", "Fail"]
     tenant = f"tenant-{uid()}"
     put(cp, {"kind": "Namespace", "metadata": {"name": tenant}})
     vmis = f"/apis/kubevirt.io/v1/namespaces/{tenant}/virtualmachineinstances"
@@ -167,7 +167,9 @@ def test_a_vmi_asking_for_a_gpu_is_refused_while_no_binder_answers_the_webhook(
     assert refused.status == 500, refused.body
     answer = refused.json()
     assert answer["reason"] == "InternalError"
-    assert 'failed calling webhook "vmi.gpu.cozystack.io"' in answer["message"]
+    # The API server's words; the webhook's name and Service say whose it is.
+    assert 'failed calling webhook "vmi.gpu-binder.cozystack.io"' in answer["message"]
+    assert 'Post "https://gpu-binder-webhook.gpu-binder.svc:443/mutate' in answer["message"]
     assert release.get(f"{vmis}/vm").status == 404
 
 

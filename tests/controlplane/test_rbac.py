@@ -59,6 +59,10 @@ def allowed(
         ("create", "gpubindrequests", GROUP, ""),
         ("create", "gpuusagerecords", GROUP, ""),
         ("watch", "virtualmachineinstances", "kubevirt.io", ""),
+        # The webhooks read past a lagging cache: the pod webhook a VMI it has not seen
+        # yet and its set's devices, the VMI webhook the devices a bind request names.
+        ("get", "virtualmachineinstances", "kubevirt.io", ""),
+        ("get", "gpudevices", GROUP, ""),
         ("patch", "virtualmachineinstances", "kubevirt.io", ""),
         ("patch", "kubevirts", "kubevirt.io", ""),
         ("update", "nodes", "", "status"),

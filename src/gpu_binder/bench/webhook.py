@@ -69,7 +69,7 @@ class Bench:
             names = [f"node-{i:04d}" for i in range(self.nodes)]
             devices = await fleet.seed(admin, names)
             _say(f"seeded {devices} GPUs on {self.nodes} nodes in {time.perf_counter() - t:.1f}s")
-            url = f"https://127.0.0.1:{self.port}/mutate"
+            url = f"https://127.0.0.1:{self.port}"
             config = fleet.webhook_configuration(url, self.cp.ca_pem)
             await fleet.put_webhook_configuration(admin, config)
             await admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})

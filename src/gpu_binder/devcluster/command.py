@@ -100,7 +100,7 @@ async def serve(cp: ControlPlane, work: Path, nodes: int, gpus: int, metrics_por
         await prepare(client, nodes, gpus)
         port = free_port()
         cert, key = cp.certs.ca.issue_serving("gpu-binder-webhook").write(work, "webhook")
-        config = fleet.webhook_configuration(f"https://127.0.0.1:{port}/mutate", cp.ca_pem)
+        config = fleet.webhook_configuration(f"https://127.0.0.1:{port}", cp.ca_pem)
         await fleet.put_webhook_configuration(client, config)
         options = Options(
             identity="dev-cluster",

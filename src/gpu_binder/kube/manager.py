@@ -33,6 +33,7 @@ from gpu_binder.kube.metricsserver import MetricsServer
 from gpu_binder.kube.queue import WorkQueue
 from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.webhook import Admitter
+from gpu_binder.webhook.pods import PodPinner
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class Manager:
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)
         self.admitter = Admitter(self.world, client, self.config)
+        self.pods = PodPinner(self.world, self.config, client=client)
         self.elector = LeaderElector(
             client,
             self.options.lease_namespace,
@@ -160,6 +162,7 @@ class Manager:
                 self.admitter,
                 CertificateFiles(webhook.cert_file, webhook.key_file),
                 self.run_metrics,
+                pods=self.pods,
                 host=webhook.host,
                 port=webhook.port,
                 reload_interval=webhook.reload_interval,

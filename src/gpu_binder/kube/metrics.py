@@ -14,8 +14,8 @@ class RunMetrics:
         )
         self.admissions = Histogram(
             "gpu_binder_webhook_seconds",
-            "Time to answer an AdmissionReview",
-            ["allowed"],
+            "Time to answer an AdmissionReview, by webhook (vmi, pod)",
+            ["webhook", "allowed"],
             registry=registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )

@@ -1,4 +1,10 @@
-"""The webhook's HTTPS server: AdmissionReviews on /mutate, answered by the Admitter.
+"""The webhook's HTTPS server: VMI AdmissionReviews on /mutate, answered by the Admitter,
+and Pod ones on /mutate-pods, answered by the PodPinner (DESIGN §4).
+
+Until this replica's caches are synced it refuses every review with words that say
+gpu-binder is not available yet: deciding on an empty world would find no class in a VMI's
+order and let it start unpinned. The webhook configurations' matchConditions send only
+objects that carry GPUs, so nothing else waits on this.
 
 The serving certificate is read from files that cert-manager or a Secret mount replaces
 in place; they are checked every `reload_interval` and loaded into the live TLS context,
@@ -12,19 +18,28 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from gpu_binder.kube.metrics import RunMetrics
-from gpu_binder.webhook import Admitter, BadReview
+from gpu_binder.webhook import Admitter, BadReview, parse_review
+from gpu_binder.webhook.pods import PodPinner
+from gpu_binder.webhook.review import denied
 
 log = logging.getLogger(__name__)
 
 MUTATE_PATH = "/mutate"
+MUTATE_PODS_PATH = "/mutate-pods"
 MAX_BODY = 8 * 1024 * 1024
+NOT_READY = (
+    "gpu-binder is unavailable: this replica has not read the cluster yet (it is "
+    "starting); KubeVirt will retry"
+)
+Admit = Callable[[object], Awaitable[dict[str, Any]]]
 
 
 class CertificateFiles:
@@ -60,12 +75,15 @@ class WebhookServer:
         certs: CertificateFiles,
         metrics: RunMetrics,
         *,
+        pods: PodPinner | None = None,
         host: str = "0.0.0.0",
         port: int = 9443,
         reload_interval: float = 10.0,
         ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.admitter = admitter
+        # None: no pod webhook is served (its path answers 404).
+        self.pods = pods
         self.certs = certs
         self.metrics = metrics
         self.host = host
@@ -78,6 +96,8 @@ class WebhookServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(MUTATE_PATH, self.mutate)
+        if self.pods is not None:
+            app.router.add_post(MUTATE_PODS_PATH, self.mutate_pods)
         app.router.add_get("/healthz", _ok)
         app.router.add_get("/readyz", self.readyz)
         return app
@@ -90,7 +110,8 @@ class WebhookServer:
         )
         await site.start()
         self._reloader = asyncio.create_task(self._reload_loop(), name="cert-reload")
-        log.info("webhook serving", extra={"port": self.port, "path": MUTATE_PATH})
+        paths = [MUTATE_PATH] + ([MUTATE_PODS_PATH] if self.pods is not None else [])
+        log.info("webhook serving", extra={"port": self.port, "paths": paths})
 
     async def stop(self) -> None:
         if self._reloader is not None:
@@ -101,16 +122,26 @@ class WebhookServer:
             self._runner = None
 
     async def mutate(self, request: web.Request) -> web.Response:
+        return await self._serve(request, "vmi", self.admitter.admit)
+
+    async def mutate_pods(self, request: web.Request) -> web.Response:
+        assert self.pods is not None
+        return await self._serve(request, "pod", self.pods.admit)
+
+    async def _serve(self, request: web.Request, webhook: str, admit: Admit) -> web.Response:
         started = time.perf_counter()
         try:
             review = orjson.loads(await request.read())
-            response = await self.admitter.admit(review)
+            if self.ready():
+                response = await admit(review)
+            else:
+                response = denied(parse_review(review).uid, NOT_READY)
         except (orjson.JSONDecodeError, BadReview) as e:
             self.metrics.bad_reviews.inc()
             reason = e.reason if isinstance(e, BadReview) else f"the body is not JSON: {e}"
             return web.Response(status=400, text=reason)
-        allowed = bool(response.get("response", {}).get("allowed"))
-        self.metrics.admissions.labels(str(allowed).lower()).observe(time.perf_counter() - started)
+        allowed = str(bool(response.get("response", {}).get("allowed"))).lower()
+        self.metrics.admissions.labels(webhook, allowed).observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(response), content_type="application/json")
 
     async def readyz(self, request: web.Request) -> web.Response:

@@ -53,6 +53,7 @@ from gpu_binder.webhook.pinning import (
     foreign_message,
     foreign_slots,
     gpu_entries,
+    held_by,
     order_of,
     pin,
     slot_resource_limits,
@@ -244,13 +245,7 @@ class Admitter:
         return [
             d
             for d in self.world.devices.set_of(target.key)
-            if d.status.phase != Phase.LOST
-            and not (
-                target.vm_uid
-                and d.status.binding is not None
-                and d.status.binding.vm.uid
-                and d.status.binding.vm.uid != target.vm_uid
-            )
+            if d.status.phase != Phase.LOST and held_by(d, target.key, target.vm_uid)
         ]
 
     def _answer(

@@ -123,6 +123,16 @@ def with_alternatives(
     return Order(by_class, order.slots)
 
 
+def held_by(d: GPUDevice, key: str, uid: str) -> bool:
+    """Whether d is bound to the order with this key and uid. A uid either side does not
+    know (a standalone VMI's set bound before the API server named the VMI) does not
+    refuse; two that differ do: a VM recreated under the name is another order."""
+    b = d.status.binding
+    if b is None or b.vm.key != key:
+        return False
+    return not (uid and b.vm.uid and b.vm.uid != uid)
+
+
 def by_slot(devices: Iterable[GPUDevice]) -> list[GPUDevice]:
     """Slot order, so the n-th entry always gets the same GPU of a given set."""
     return sorted(devices, key=lambda d: (d.spec.slot is None, d.spec.slot or 0, d.metadata.name))
