@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
+from gpu_binder.api.instancetype import REVISION_API_VERSION, ControllerRevision
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.pod import Pod
@@ -132,6 +133,14 @@ RESOURCES: dict[type[Any], Resource] = {
     ),
     Node: Resource("v1", "Node", "nodes", False, True, Node.from_dict),
     Pod: Resource("v1", "Pod", "pods", True, True, Pod.from_dict),
+    ControllerRevision: Resource(
+        REVISION_API_VERSION,
+        "ControllerRevision",
+        "controllerrevisions",
+        True,
+        False,
+        ControllerRevision.from_dict,
+    ),
     KubeVirt: Resource("kubevirt.io/v1", "KubeVirt", "kubevirts", True, True, KubeVirt.from_dict),
     Event: Resource("events.k8s.io/v1", "Event", "events", True, False, Event.from_dict),
 }
