@@ -167,14 +167,25 @@ class Admitter:
         order = order_of(entries, self.world.class_by_resource)
         if not order and not limits:
             return Respond(allowed(uid))
-        if request.namespace in self.config.excluded_namespaces:
-            return Respond(allowed(uid))
         if limits:
+            # No VMI needs a slot resource there: the webhook pins through entries alone.
             return Respond(self._deny(request, foreign_message(limits)))
+        # An excluded namespace is spared the pinning, not the refusal of slots that are
+        # not its VMI's own: slot names repeat on every node and reach any tenant's GPU.
+        excluded = request.namespace in self.config.excluded_namespaces
+        if excluded and not order.slots:
+            return Respond(allowed(uid))
         target = target_of(request)
         if isinstance(target, str):
             return Respond(denied(uid, target))
+        if not target.owned and target.key in self.world.vms:
+            return Respond(self._deny(request, _named_like_a_vm(target)))
         have = self._current_set(target)
+        if excluded:
+            foreign = foreign_slots(order, have)
+            if foreign:
+                return Respond(self._deny(request, foreign_message(foreign)))
+            return Respond(allowed(uid))
         alternatives = self._alternatives(target, vmi)
         order = with_alternatives(order, alternatives, have)
         foreign = foreign_slots(order, have)
@@ -240,17 +251,17 @@ class Admitter:
         return alternatives
 
     def _current_set(self, target: Target) -> list[GPUDevice]:
-        """The VM's set as the binder holds it: not Lost, and bound to this very VM."""
+        """The order's set as the binder holds it: not Lost, and bound to this very order.
+
+        A VM's by its uid; a standalone VMI has none at admission (the API server gives it
+        one after), so a set bound under any uid is another object's: an earlier VMI's of
+        its name, once the binder saw it."""
         return [
             d
             for d in self.world.devices.set_of(target.key)
             if d.status.phase != Phase.LOST
-            and not (
-                target.vm_uid
-                and d.status.binding is not None
-                and d.status.binding.vm.uid
-                and d.status.binding.vm.uid != target.vm_uid
-            )
+            and d.status.binding is not None
+            and _same_order(target, d.status.binding.vm.uid)
         ]
 
     def _answer(
@@ -361,6 +372,20 @@ class Admitter:
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
+
+
+def _same_order(target: Target, bound_uid: str) -> bool:
+    if not target.owned:
+        return not bound_uid
+    return not (target.vm_uid and bound_uid and bound_uid != target.vm_uid)
+
+
+def _named_like_a_vm(target: Target) -> str:
+    return (
+        f"a VMI with GPUs and no VirtualMachine owner cannot take the name of "
+        f"VirtualMachine {target.vm_name}: KubeVirt's VM controller claims a VMI of its "
+        "name, and the VM's GPUs are not this VMI's; name the VMI otherwise, or start the VM"
+    )
 
 
 def timeout_message(config: Config) -> str:

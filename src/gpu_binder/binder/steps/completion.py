@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from gpu_binder.api.types import BindReason, GPUBindRequest, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.deviceindex import set_node
 from gpu_binder.binder.placing import class_policy
-from gpu_binder.binder.steps.sets import set_node
 from gpu_binder.placement import main_class, resolve
 
 
