@@ -289,8 +289,12 @@ class Cluster:
         extra: dict[str, int] | None = None,
         annotations: dict[str, str] | None = None,
         created: datetime | None = None,
+        run_strategy: str | None = None,
+        instancetype: dict[str, Any] | None = None,
     ) -> VirtualMachine:
-        """A VM ordering `gpus` of a class's resource (plus `extra`: resource → count)."""
+        """A VM ordering `gpus` of a class's resource (plus `extra`: resource → count); with
+        `run_strategy`, spec.runStrategy instead of the deprecated spec.running; with
+        `instancetype`, its spec.instancetype matcher. Its status is kept as it was."""
         entries = [{"name": f"gpu{i}", "deviceName": resource} for i in range(gpus)]
         host = [
             {"name": f"host-{res}-{i}", "deviceName": res}
@@ -305,15 +309,25 @@ class Cluster:
             meta["annotations"] = annotations
         if created is not None:
             meta["creationTimestamp"] = created.isoformat()
-        raw = {
-            "metadata": meta,
-            "spec": {
-                "running": running,
-                "template": {
-                    "spec": {"domain": {"devices": {"gpus": entries, "hostDevices": host}}}
-                },
-            },
+        spec: dict[str, Any] = {
+            "template": {"spec": {"domain": {"devices": {"gpus": entries, "hostDevices": host}}}}
         }
+        if run_strategy is not None:
+            spec["runStrategy"] = run_strategy
+        else:
+            spec["running"] = running
+        if instancetype is not None:
+            spec["instancetype"] = instancetype
+        raw: dict[str, Any] = {"metadata": meta, "spec": spec}
+        if existing is not None and existing.raw.get("status"):
+            raw["status"] = existing.raw["status"]
+        return self.client.put(VirtualMachine.from_dict(raw))
+
+    def vm_status(self, name: str, **status: Any) -> VirtualMachine:
+        """KubeVirt's VM controller (or virt-api) writes these fields of the VM's status:
+        runStrategy, stateChangeRequests, instancetypeRef..."""
+        raw = self._vm(name).to_dict()
+        raw["status"] = {**(raw.get("status") or {}), **status}
         return self.client.put(VirtualMachine.from_dict(raw))
 
     def _vm(self, name: str) -> VirtualMachine:

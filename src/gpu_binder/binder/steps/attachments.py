@@ -173,11 +173,14 @@ def _attach_device(
     if not _attached_to(d, vmi):
         phase = d.status.phase if d.status.phase == Phase.LOST else Phase.ATTACHED
         update = {"attachment": Attachment(vmi=ref, since=_since(ctx, vmi, d)), "phase": phase}
-    if stamp and binding is not None:
+    if binding is not None and (stamp or binding.stopped_at is not None):
         # Bound before its order had a uid (a standalone VMI's request): the set is this
-        # uid's from now on, and a later VMI of that name is another order.
-        vm = binding.vm.model_copy(update={"uid": ctx.world.order_uid(key)})
-        update["binding"] = binding.model_copy(update={"vm": vm})
+        # uid's from now on, and a later VMI of that name is another order. And it runs:
+        # the stop it carried is over.
+        changes: dict[str, object] = {"stopped_at": None}
+        if stamp:
+            changes["vm"] = binding.vm.model_copy(update={"uid": ctx.world.order_uid(key)})
+        update["binding"] = binding.model_copy(update=changes)
     status = d.status.model_copy(update=update)
     ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
 
