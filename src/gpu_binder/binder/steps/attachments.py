@@ -80,7 +80,10 @@ def _detach_ended(ctx: Context) -> None:
             seen[name] = (d, att.vmi.key, vmi)
             continue
         seen.forget(name)
-        ended = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
+        # The finish virt-handler stamped, by its node's clock: never after the binder's now,
+        # nor before the attachment began (DESIGN §2.11).
+        reported = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
+        ended = max(min(reported, ctx.now), att.since)
         phase = d.status.phase
         if phase == Phase.ATTACHED:
             phase = Phase.BOUND if d.status.binding is not None else Phase.CLEANING
