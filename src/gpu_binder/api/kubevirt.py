@@ -205,6 +205,8 @@ class VirtualMachineInstance:
     cpu_milli: int = 0
     memory_bytes: int = 0
     alternatives: tuple[str, ...] = ()
+    # spec.evictionStrategy ("" when it sets none: the KubeVirt CR's then holds).
+    eviction_strategy: str = ""
     # Derived once: every pass asks for them, many times.
     key: str = field(init=False, compare=False, repr=False)
     vm_name: str | None = field(init=False, compare=False, repr=False)
@@ -258,6 +260,7 @@ class VirtualMachineInstance:
             cpu_milli=cpu,
             memory_bytes=memory,
             alternatives=_alternatives(meta.get("annotations")),
+            eviction_strategy=str(spec.get("evictionStrategy") or ""),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,9 @@ from gpu_binder.binder.freestates import FreeStates
 from gpu_binder.binder.resources import NodeResources
 from gpu_binder.placement.topology import domain_of
 
+# The device condition naming the VMIs a drain of its cordoned node waits for (steps.drains).
+DRAIN_BLOCKED = "DrainBlocked"
+
 
 def is_free(d: GPUDevice) -> bool:
     """Free to bind: Available, schedulable, healthy and not being deleted."""
@@ -45,6 +48,9 @@ class DeviceIndex:
         self.unclassified: set[str] = set()
         # Devices matching more than one class, shown on those classes' conditions.
         self.ambiguous: set[str] = set()
+        # Devices carrying the DrainBlocked condition (steps.drains): it goes when the drain
+        # no longer waits, which only a look at these finds.
+        self.drain_flagged: set[str] = set()
         # slot resource name -> devices serving it, for the KubeVirt settings.
         self.slot_users: dict[str, int] = defaultdict(int)
         # Per node, the device serving each slot resource there: what a VMI's slot entry
@@ -135,8 +141,11 @@ class DeviceIndex:
             self.unhealthy.add(name)
         if s.phase is None:
             self.unclassified.add(name)
-        if any(c.type == "Classified" and c.reason == "Ambiguous" for c in s.conditions):
-            self.ambiguous.add(name)
+        for c in s.conditions:
+            if c.type == "Classified" and c.reason == "Ambiguous":
+                self.ambiguous.add(name)
+            elif c.type == DRAIN_BLOCKED:
+                self.drain_flagged.add(name)
         slot = slot_resource(d)
         if slot:
             self.slot_users[slot] += 1
@@ -168,6 +177,7 @@ class DeviceIndex:
             self.unhealthy,
             self.unclassified,
             self.ambiguous,
+            self.drain_flagged,
         ):
             idx.discard(name)
         slot = slot_resource(d)

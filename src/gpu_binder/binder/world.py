@@ -69,6 +69,8 @@ class World(Orders):
         self.standalone: set[str] = set()
         # Nodes holding devices whose Node is gone or not Ready: their devices may be Lost.
         self.down_nodes: set[str] = set()
+        # Cordoned nodes (spec.unschedulable): a drain may wait on their GPU VMIs.
+        self.cordoned: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
         self.records: dict[str, GPUUsageRecord] = {}
@@ -216,6 +218,10 @@ class World(Orders):
             self.down_nodes.add(node.name)
         else:
             self.down_nodes.discard(node.name)
+        if not deleted and node.unschedulable:
+            self.cordoned.add(node.name)
+        else:
+            self.cordoned.discard(node.name)
         self.devices.capacity_gen += 1
         if deleted:
             self.devices.resources.set_allocatable(node.name, None, None)
