@@ -83,6 +83,9 @@ class World(Orders):
         # at the VMIs that changed into this state, not at every VMI.
         self.usage_held: set[str] = set()
         self.kubevirt: dict[str, KubeVirt] = {}
+        # Device classes the KubeVirt CR has served twice, per CR object and class generation
+        # (binder.hostdevices.served_twice).
+        self.served_twice_cache: tuple[object, int, dict[str, str]] | None = None
         # When deleted VMIs finished, by uid, oldest first (see vmi_ended_at).
         self.ended_vmis: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
@@ -147,7 +150,13 @@ class World(Orders):
                 discard_from(self.open_by_device, obj.spec.device, key)
                 discard_from(self.open_by_vmi, obj.spec.vmi.uid, key)
         elif isinstance(obj, KubeVirt):
-            _put(self.kubevirt, f"{obj.metadata.namespace}/{obj.metadata.name}", obj, deleted)
+            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+            old = self.kubevirt.get(key)
+            _put(self.kubevirt, key, obj, deleted)
+            if deleted or old is None or old.raw.get("spec") != obj.raw.get("spec"):
+                # Which classes it lets the binder serve may have changed (kubevirtcr): an
+                # order that found no room is tried again.
+                self.devices.capacity_gen += 1
         elif isinstance(obj, Event):
             return
 

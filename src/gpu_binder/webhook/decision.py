@@ -37,6 +37,7 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
+from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.plan import Plan
 from gpu_binder.binder.steps.moves import move_reason
 from gpu_binder.binder.steps.status import reported_degraded
@@ -191,6 +192,13 @@ class Admitter:
         foreign = foreign_slots(order, have)
         if foreign:
             return Respond(self._deny(request, foreign_message(foreign)))
+        twice = served_twice(self.world, self.config)
+        refused = sorted(c for c in counts(order, have) if c in twice)
+        if refused:
+            # The binder refuses to serve it: KubeVirt serves its GPUs as a pool too.
+            return Respond(
+                self._deny(request, f"GPU class {refused[0]} is not served: {twice[refused[0]]}")
+            )
         outcome = pin(order, have, self.world.classes)
         if isinstance(outcome, Refused):
             return Respond(self._deny(request, outcome.message))

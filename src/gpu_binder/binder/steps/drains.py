@@ -19,18 +19,10 @@ from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import DRAIN_BLOCKED
+from gpu_binder.binder.kubevirtcr import eviction_strategy
 
 # The strategies under which KubeVirt evicts no non-migratable VMI.
 BLOCKING = frozenset({"LiveMigrate", "External"})
-
-
-def cluster_strategy(ctx: Context) -> str:
-    """The KubeVirt CR's evictionStrategy, for VMIs that set none ("None" by default)."""
-    kv = ctx.world.kubevirt.get(f"{ctx.config.kubevirt_namespace}/{ctx.config.kubevirt_name}")
-    spec = (kv.raw.get("spec") or {}) if kv is not None else {}
-    configuration = spec.get("configuration") if isinstance(spec, dict) else None
-    value = configuration.get("evictionStrategy") if isinstance(configuration, dict) else None
-    return str(value) if value else "None"
 
 
 def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
@@ -48,7 +40,7 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
             continue
         strategy = vmi.eviction_strategy
         if not strategy:
-            default = default or cluster_strategy(ctx)
+            default = default or eviction_strategy(ctx.world, ctx.config)
             strategy = default
         if strategy in BLOCKING:
             out[vmi.key] = (vmi.order_key, strategy)
