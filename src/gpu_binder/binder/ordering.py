@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance, set_to_start
-from gpu_binder.api.types import Binding, GPUClass
+from gpu_binder.api.types import Binding, GPUClass, GPUDevice
 from gpu_binder.binder.deviceindex import DeviceIndex, set_node
 from gpu_binder.binder.vmiorder import Resolved, resolve, revision_key, vm_entries
 from gpu_binder.placement.options import resolve as resolve_alternatives
@@ -71,10 +71,15 @@ class Orders:
     def owns(self, key: str, binding: Binding | None) -> bool:
         """Whether a device bound so is the present order's: bound under its uid, or under
         none yet (a standalone VMI's set is bound before the VMI has a uid)."""
-        if binding is None:
-            return False
-        uid = binding.vm.uid
-        return not uid or uid == self.order_uid(key) or not self.order_uid(key)
+        return _owned(self.order_uid(key), binding)
+
+    def own_set(self, key: str) -> list[GPUDevice]:
+        """The order's set without what is bound under an earlier uid of its name."""
+        devs = self.devices.set_of(key)
+        if not devs:
+            return devs
+        uid = self.order_uid(key)
+        return [d for d in devs if _owned(uid, d.status.binding)]
 
     # --- VMIs -------------------------------------------------------------------------
 
@@ -98,11 +103,7 @@ class Orders:
         """The node whose slots the VMI's slot entries name: its set's, where the webhook
         pinned it (a status.nodeName or migration state saying otherwise moves nothing), or
         where it runs when it has no set."""
-        devs = [
-            d
-            for d in self.devices.set_of(vmi.order_key)
-            if self.owns(vmi.order_key, d.status.binding)
-        ]
+        devs = self.own_set(vmi.order_key)
         return set_node(devs) if devs else vmi.node_name
 
     def runs_with(self, vmi: VirtualMachineInstance) -> Resolved:
@@ -204,3 +205,9 @@ class Orders:
             return True
         vm = self.vms.get(key)
         return vm is not None and set_to_start(vm, self.vmi_of(key))
+
+
+def _owned(uid: str, binding: Binding | None) -> bool:
+    if binding is None:
+        return False
+    return not binding.vm.uid or not uid or binding.vm.uid == uid

@@ -44,6 +44,11 @@ from gpu_binder.binder.steps.status import reported_degraded
 from gpu_binder.binder.world import World
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest
+from gpu_binder.webhook.messages import (
+    dry_run_warning,
+    named_like_a_vm,
+    timeout_message,
+)
 from gpu_binder.webhook.patch import pin_patch
 from gpu_binder.webhook.pinning import (
     Incomplete,
@@ -180,7 +185,7 @@ class Admitter:
         if isinstance(target, str):
             return Respond(denied(uid, target))
         if not target.owned and target.key in self.world.vms:
-            return Respond(self._deny(request, _named_like_a_vm(target)))
+            return Respond(self._deny(request, named_like_a_vm(target)))
         have = self._current_set(target)
         if excluded:
             foreign = foreign_slots(order, have)
@@ -212,7 +217,7 @@ class Admitter:
         wanted = counts(order, have)
         if request.dry_run:
             # A dry run may create nothing, so it cannot ask the binder (module docstring).
-            warning = _dry_run_warning(wanted, self.config, move)
+            warning = dry_run_warning(wanted, self.config, move)
             return Respond(allowed(uid, warnings=[warning]))
         if not self.config.enabled:
             return Respond(
@@ -269,7 +274,7 @@ class Admitter:
             for d in self.world.devices.set_of(target.key)
             if d.status.phase != Phase.LOST
             and d.status.binding is not None
-            and _same_order(target, d.status.binding.vm.uid)
+            and target.bound_to_it(d.status.binding.vm.uid)
         ]
 
     def _answer(
@@ -380,36 +385,3 @@ class Admitter:
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
-
-
-def _same_order(target: Target, bound_uid: str) -> bool:
-    if not target.owned:
-        return not bound_uid
-    return not (target.vm_uid and bound_uid and bound_uid != target.vm_uid)
-
-
-def _named_like_a_vm(target: Target) -> str:
-    return (
-        f"a VMI with GPUs and no VirtualMachine owner cannot take the name of "
-        f"VirtualMachine {target.vm_name}: KubeVirt's VM controller claims a VMI of its "
-        "name, and the VM's GPUs are not this VMI's; name the VMI otherwise, or start the VM"
-    )
-
-
-def timeout_message(config: Config) -> str:
-    seconds = config.bind_timeout.total_seconds()
-    return f"no answer from gpu-binder within {seconds:g}s; KubeVirt will retry"
-
-
-def _dry_run_warning(wanted: Mapping[str, int], config: Config, move: str = "") -> str:
-    order = ", ".join(f"{n} × {c}" for c, n in sorted(wanted.items()))
-    wait = f"waits up to {config.bind_timeout.total_seconds():g}s"
-    if move:
-        return (
-            f"dry run: the VM's GPU set must move first ({move}), so the VMI is not "
-            f"pinned; a real create asks gpu-binder to move {order} and {wait}"
-        )
-    return (
-        f"dry run: the VM holds no complete GPU set, so the VMI is not pinned; a real create "
-        f"asks gpu-binder to bind {order} and {wait}"
-    )

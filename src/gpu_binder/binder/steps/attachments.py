@@ -128,9 +128,7 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     # Slots on the node of its set, where the webhook pinned it; resources served by count
     # on the node it runs on (nothing pinned it).
     slot_node = world.vmi_node(vmi)
-    own = {
-        d.metadata.name: d for d in world.devices.set_of(key) if world.owns(key, d.status.binding)
-    }
+    own = {d.metadata.name: d for d in world.own_set(key)}
     mine = [own[n] for n in runs.devices if n in own and own[n].spec.node_name == slot_node]
     exact = [n for n in runs.devices if n not in own]
     named = set(runs.devices)
