@@ -210,6 +210,8 @@ class VirtualMachineInstance:
     # Derived once: every pass asks for them, many times.
     key: str = field(init=False, compare=False, repr=False)
     vm_name: str | None = field(init=False, compare=False, repr=False)
+    # That VirtualMachine's uid as the ownerReference says it ("" for a standalone VMI).
+    vm_uid: str = field(init=False, compare=False, repr=False)
     # The order it runs for: its VirtualMachine's key, or its own when it has none.
     order_key: str = field(init=False, compare=False, repr=False)
 
@@ -219,6 +221,7 @@ class VirtualMachineInstance:
         owner = self.metadata.owner("VirtualMachine")
         # The owning VirtualMachine's name; None for a VMI that is its own order.
         object.__setattr__(self, "vm_name", owner.name if owner else None)
+        object.__setattr__(self, "vm_uid", owner.uid if owner else "")
         object.__setattr__(self, "order_key", f"{ns}/{owner.name}" if owner else self.key)
 
     @property

@@ -25,8 +25,6 @@ from gpu_binder.placement.options import resolve as resolve_alternatives
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-VM_KIND = "VirtualMachine"
-
 
 class Orders:
     """Queries about orders; World provides the caches they read."""
@@ -41,8 +39,9 @@ class Orders:
     class_gen: int
     # Per VM key: the VM and revision objects its order was parsed from, and the order.
     _orders: dict[str, tuple[object, object, dict[str, int] | None]]
-    # Per VMI key: what it runs with, and the objects and generations it was resolved at.
-    _runs: dict[str, tuple[object, str, int | None, int, Resolved]]
+    # Per VMI key: what it runs with, and the objects and generations it was resolved at:
+    # (VMI, its order's key generation, node, node generation, class generation, result).
+    _runs: dict[str, tuple[object, int | None, str, int | None, int, Resolved]]
 
     # --- identity ---------------------------------------------------------------------
 
@@ -53,10 +52,7 @@ class Orders:
         vm = self.vms.get(vmi.order_key)
         if vmi.vm_name is None:
             return vm is None
-        if vm is None:
-            return True
-        owner = vmi.metadata.owner(VM_KIND)
-        return owner is None or not owner.uid or owner.uid == vm.metadata.uid
+        return vm is None or not vmi.vm_uid or vmi.vm_uid == vm.metadata.uid
 
     def order_uid(self, key: str) -> str:
         """The uid of the order: its VM's, else its standalone VMI's; "" when not known."""
@@ -107,20 +103,24 @@ class Orders:
         return set_node(devs) if devs else vmi.node_name
 
     def runs_with(self, vmi: VirtualMachineInstance) -> Resolved:
-        """What the VMI runs with, read from its spec (binder.vmiorder.resolve)."""
-        node = self.vmi_node(vmi)
-        gen = self.devices.node_gen.get(node)
+        """What the VMI runs with, read from its spec (binder.vmiorder.resolve).
+
+        Resolved again only when the VMI, its order's set (which says its node), the
+        devices of that node or the classes changed: every step asks, many times a pass."""
+        devices = self.devices
+        set_gen = devices.key_gen.get(vmi.order_key)
         cached = self._runs.get(vmi.key)
         if (
             cached is not None
             and cached[0] is vmi
-            and cached[1] == node
-            and cached[2] == gen
-            and cached[3] == self.class_gen
+            and cached[1] == set_gen
+            and cached[3] == devices.node_gen.get(cached[2])
+            and cached[4] == self.class_gen
         ):
-            return cached[4]
-        out = resolve(vmi.device_names, self.class_by_resource, self.devices.by_slot.get(node, {}))
-        self._runs[vmi.key] = (vmi, node, gen, self.class_gen, out)
+            return cached[5]
+        node = self.vmi_node(vmi)
+        out = resolve(vmi.device_names, self.class_by_resource, devices.by_slot.get(node, {}))
+        self._runs[vmi.key] = (vmi, set_gen, node, devices.node_gen.get(node), self.class_gen, out)
         return out
 
     # --- orders -----------------------------------------------------------------------

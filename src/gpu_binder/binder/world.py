@@ -96,7 +96,7 @@ class World(Orders):
         # Orders per VM key, parsed once per VM and revision object and class generation;
         # what each VMI runs with, resolved once per VMI object and node generation.
         self._orders: dict[str, tuple[object, object, dict[str, int] | None]] = {}
-        self._runs: dict[str, tuple[object, str, int | None, int, Resolved]] = {}
+        self._runs: dict[str, tuple[object, int | None, str, int | None, int, Resolved]] = {}
         self.synced = False
         # The order mix placement weighs free GPUs by: every order's demand, kept as VMs
         # (and standalone VMIs) come, change and go (see placement.mix).

@@ -57,14 +57,14 @@ def _normalize(ctx: Context, key: str) -> bool:
             if d.status.attachment is None:
                 ops.release(ctx, d, "its VM was deleted")
         return False
-    mine: list[GPUDevice] = []
-    for d in devs:
-        if world.owns(key, d.status.binding):
-            mine.append(d)
-        elif d.status.attachment is None:
-            # Bound under an earlier uid of this name (a VM deleted and created again while
-            # no binder watched): never the new order's uncleaned.
-            ops.release(ctx, d, f"it was bound to an earlier {_kind(ctx, key)} of that name")
+    mine = world.own_set(key)
+    if len(mine) < len(devs):
+        own = {d.metadata.name for d in mine}
+        for d in devs:
+            if d.metadata.name not in own and d.status.attachment is None:
+                # Bound under an earlier uid of this name (a VM deleted and created again
+                # while no binder watched): never the new order's uncleaned.
+                ops.release(ctx, d, f"it was bound to an earlier {_kind(ctx, key)} of that name")
     if not mine:
         return False
     node = set_node(mine)
