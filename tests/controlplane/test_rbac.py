@@ -67,6 +67,7 @@ def allowed(
         ("patch", "kubevirts", "kubevirt.io", ""),
         ("update", "nodes", "", "status"),
         ("create", "events", "events.k8s.io", ""),
+        ("watch", "controllerrevisions", "apps", ""),
     ],
 )
 def test_the_binder_may_do_what_it_does(
@@ -86,6 +87,8 @@ def test_the_binder_may_do_what_it_does(
         ("update", "nodes", "", ""),
         ("get", "secrets", "", ""),
         ("create", "pods", "", ""),
+        ("create", "controllerrevisions", "apps", ""),
+        ("update", "controllerrevisions", "apps", ""),
     ],
 )
 def test_the_binder_may_do_nothing_else(

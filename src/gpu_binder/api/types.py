@@ -165,6 +165,10 @@ class Binding(Model):
     vm: ObjectRef
     bound_at: datetime
     reason: BindReason
+    # For a set bound while its VM was stopped (moved, rebound or completed): when the VM
+    # stopped, carried from the devices it replaces, so the reservation (releaseAfterStopped)
+    # counts from the stop, not from this bind. Empty for a running VM's set.
+    stopped_at: datetime | None = None
 
 
 class Attachment(Model):

@@ -34,6 +34,7 @@ from gpu_binder.binder.steps import (
     attachments,
     defrag,
     devices,
+    drains,
     moves,
     orders,
     records,
@@ -173,6 +174,7 @@ class Reconciler:
         if enabled:
             await self._run(status.class_status, now, result)
             await self._run(status.node_status, now, result)
+            await self._run(drains.drains, now, result)
             await self._run(settings.settings, now, result)
             self._export()
 
