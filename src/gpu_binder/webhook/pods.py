@@ -49,11 +49,12 @@ from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.binder.vmiorder import is_slot_resource
 from gpu_binder.binder.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook.patch import affinity_ops
-from gpu_binder.webhook.pinning import held_by, is_slot_resource
+from gpu_binder.webhook.pinning import held_by
 from gpu_binder.webhook.review import AdmissionRequest, allowed, denied, parse_review
 
 log = logging.getLogger(__name__)
