@@ -224,8 +224,8 @@ def other_values(
         },
         "agent": {
             "devicePlugin": {"enabled": False},
-            "interval": 30,
-            "resync": 600,
+            "interval": "30s",
+            "resync": "10m",
             "vendors": ["0x10de", "0x1002"],
             "nodeSelector": None,
         },
@@ -281,8 +281,8 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
         "agent",
         "--root=/host",
         "--no-device-plugin",
-        "--interval=30",
-        "--resync=600",
+        "--interval=30s",
+        "--resync=10m",
         "--vendor=0x10de",
         "--vendor=0x1002",
     ]
