@@ -50,13 +50,13 @@ def test_cryptography_is_only_in_the_extra_of_the_code_that_imports_it() -> None
 
 
 def test_the_commands_of_the_image_run_without_cryptography() -> None:
-    # As in the image (no extras): run, agent and usage import and answer
+    # As in the image (no extras): run, agent, usage and kubectl gpu import and answer
     # --help; only the local control plane would need it, and says how to get it.
     code = """
 import sys
 sys.modules["cryptography"] = None  # an import of it fails
 from gpu_binder.cli.main import main
-for command in ("run", "agent", "usage"):
+for command in ("run", "agent", "usage", "status", "check"):
     try:
         main([command, "--help"])
     except SystemExit as e:
