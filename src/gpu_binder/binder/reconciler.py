@@ -199,7 +199,13 @@ class Reconciler:
         ctx = self._context(self.clock())
         largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
         unmanaged = len(self.memory.unadopted)
-        self.metrics.export(self.world, largest, unmanaged, len(self.memory.unplaceable))
+        self.metrics.export(
+            self.world,
+            largest,
+            unmanaged,
+            len(self.memory.unplaceable),
+            degraded_nodes=len(self.memory.degraded),
+        )
 
     def _context(self, now: datetime) -> Context:
         return Context(self.world, self.config, now, self.memory, Plan(self.world, now), self.scope)
