@@ -149,7 +149,8 @@ def test_usage_records_are_spec_only() -> None:
                 "Node": ".spec.nodeName",
                 "Class": ".status.className",
                 "Phase": ".status.phase",
-                "VM": ".status.binding.vm.name",
+                "VM": ".status.vm",
+                "Health": ".spec.health",
                 "Age": ".metadata.creationTimestamp",
             },
         ),
@@ -162,6 +163,7 @@ def test_usage_records_are_spec_only() -> None:
                 "Bound": ".status.bound",
                 "Attached": ".status.attached",
                 "Lost": ".status.lost",
+                "Cleaning": ".status.cleaning",
                 "Largest Free Set": ".status.largestFreeSet",
                 "Age": ".metadata.creationTimestamp",
             },
@@ -181,6 +183,7 @@ def test_usage_records_are_spec_only() -> None:
                 "VM": ".spec.vm",
                 "Device": ".spec.device",
                 "Class": ".spec.className",
+                "Node": ".spec.nodeName",
                 "Start": ".spec.start",
                 "End": ".spec.end",
             },
@@ -204,8 +207,11 @@ def test_every_printer_column_points_at_a_field_of_the_schema(kind: str) -> None
             continue
         here = node(kind, first)
         for step in rest:
-            assert step in here.get("properties", {}), f"{column['jsonPath']} is not in the schema"
-            here = here["properties"][step]
+            name, indexed, _ = step.partition("[")  # requests[0]: an array's first item
+            assert name in here.get("properties", {}), f"{column['jsonPath']} is not in the schema"
+            here = here["properties"][name]
+            if indexed:
+                here = here["items"]
         assert column["type"] in {"string", "integer", "date", "number", "boolean"}
 
 
