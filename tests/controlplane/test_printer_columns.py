@@ -1,20 +1,23 @@
 """`kubectl get` of gpu-binder's kinds answers the first questions: the API server's own
 Table (what kubectl prints), from the shipped CRDs' printer columns; and a tenant, who may
-not list GPUDevices, sees which GPUs its VMs hold (test_a_tenant_sees_...)."""
+not list GPUDevices, sees which GPUs its VMs hold through the VM's devices annotation."""
 
 from __future__ import annotations
 
+import io
 import json
 import urllib.request
 from typing import Any
 
 import pytest
-from realcluster import Fleet, eventually, namespace, run_vmi, vmi_of
+from realcluster import Fleet, eventually, namespace, put, run_vmi, vmi_of
 
 from conftest import StartBinder
-from gpu_binder.api.types import API_VERSION
+from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.types import API_VERSION, DEVICES_ANNOTATION
 from gpu_binder.envtest import ControlPlane
 from gpu_binder.kube import KubeClient
+from gpu_binder.kubectl.command import run
 
 pytestmark = pytest.mark.controlplane
 
@@ -99,3 +102,60 @@ async def test_usage_records_and_bind_requests_show_what_a_tenant_looks_for(
     columns, default, _ = table(control_plane, f"/apis/{API_VERSION}/gpubindrequests")
     assert default == ["Name", "VM", "Phase", "Node", "Message", "Age"]
     assert {"VMI", "Class", "Count"} <= set(columns)
+
+
+async def test_a_tenant_sees_the_gpus_its_vm_holds_without_reading_gpudevices(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=2)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    await start_binder()
+    await fleet.create_vm(ns, "vm", gpus=2, running=False)
+    held = await eventually(lambda: fleet.set_of(ns, "vm"), what="bound")
+    names = ",".join(sorted(d.metadata.name for d in held))
+
+    async def annotated() -> bool:
+        vm = await admin.get(VirtualMachine, "vm", ns)
+        return vm.metadata.annotations.get(DEVICES_ANNOTATION) == names
+
+    await eventually(annotated, what="the VM annotated")
+    tenant = control_plane.add_user(f"tenant-{fleet.id}")
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "vm-reader", "namespace": ns},
+        "rules": [
+            {
+                "apiGroups": ["kubevirt.io"],
+                "resources": ["virtualmachines", "virtualmachineinstances"],
+                "verbs": ["get", "list"],
+            },
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
+        ],
+    }
+    put(control_plane, reader)
+    put(
+        control_plane,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "vm-reader", "namespace": ns},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "vm-reader",
+            },
+            "subjects": [
+                {"kind": "User", "name": tenant.name, "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--kubeconfig", str(tenant.kubeconfig), "vm", f"{ns}/vm", "-o", "json"]
+    assert await run(argv, out, err) == 0, err.getvalue()
+    data = json.loads(out.getvalue())
+    assert [d["name"] for d in data["devices"]] == sorted(d.metadata.name for d in held)
+    assert data["node"] == node
+    assert [e["reason"] for e in data["events"]][:1] == ["GPUOrder"]
