@@ -65,6 +65,7 @@ GPU_CLASS: dict[str, Any] = {
         "reservation": {"releaseAfterStopped": "1h30m"},
         "cleaning": "None",
         "pinning": "Node",
+        "vfioBinding": "Agent",
     },
     "status": {
         "devices": 16,

@@ -229,6 +229,7 @@ def other_values(
             "resync": "10m",
             "vendors": ["0x10de", "0x1002"],
             "nodeSelector": None,
+            "vfioBinding": {"enabled": True},
         },
         "slotResourcePolicy": {"kubevirtNamespace": "cozy-kubevirt"},
         "rbac": {"tenantRole": False},
@@ -296,6 +297,8 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     ]
     assert "nodeSelector" not in agent
     assert "device-plugins" not in {v["name"] for v in agent["volumes"]}
+    (drivers,) = [m for m in container["volumeMounts"] if m["name"] == "pci-drivers"]
+    assert drivers == {"name": "pci-drivers", "mountPath": "/host/sys/bus/pci/drivers"}
     policies = by_key(docs)
     (condition,) = policies[("ValidatingAdmissionPolicy", "gb-agent-own-node")]["spec"][
         "matchConditions"

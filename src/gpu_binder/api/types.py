@@ -92,6 +92,10 @@ class GPUClassSpec(Model):
     reservation: ReservationSpec = ReservationSpec()
     cleaning: Literal["Reset", "None"] = "Reset"
     pinning: Literal["Device", "Node"] = "Device"
+    # Who puts the class's GPUs on vfio-pci. External: something else does (the GPU
+    # Operator's vfio-manager, vfio-pci.ids= at boot); a GPU on another driver is
+    # Unhealthy. Agent: the node agent binds them itself through sysfs (agent/vfio.py).
+    vfio_binding: Literal["External", "Agent"] = "External"
 
     @property
     def release_after(self) -> timedelta | None:
