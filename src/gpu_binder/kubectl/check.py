@@ -24,7 +24,6 @@ from gpu_binder.client.errors import ApiError
 from gpu_binder.kube import KubeClient
 from gpu_binder.kube.client import path
 
-WEBHOOK = f"vmi.{GROUP}"
 # A slot resource no class serves (vendor and device 0000): nobody's GPU, so whoever names
 # it is denied, and no VM's set could ever make it valid.
 PROBE_SLOT = f"{GROUP}/0000-0000-s0"
