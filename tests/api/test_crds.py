@@ -149,7 +149,8 @@ def test_usage_records_are_spec_only() -> None:
                 "Node": ".spec.nodeName",
                 "Class": ".status.className",
                 "Phase": ".status.phase",
-                "VM": ".status.binding.vm.name",
+                "VM": ".status.vm",
+                "Health": ".spec.health",
                 "Age": ".metadata.creationTimestamp",
             },
         ),
@@ -162,6 +163,7 @@ def test_usage_records_are_spec_only() -> None:
                 "Bound": ".status.bound",
                 "Attached": ".status.attached",
                 "Lost": ".status.lost",
+                "Cleaning": ".status.cleaning",
                 "Largest Free Set": ".status.largestFreeSet",
                 "Age": ".metadata.creationTimestamp",
             },
@@ -181,6 +183,7 @@ def test_usage_records_are_spec_only() -> None:
                 "VM": ".spec.vm",
                 "Device": ".spec.device",
                 "Class": ".spec.className",
+                "Node": ".spec.nodeName",
                 "Start": ".spec.start",
                 "End": ".spec.end",
             },
@@ -204,8 +207,11 @@ def test_every_printer_column_points_at_a_field_of_the_schema(kind: str) -> None
             continue
         here = node(kind, first)
         for step in rest:
-            assert step in here.get("properties", {}), f"{column['jsonPath']} is not in the schema"
-            here = here["properties"][step]
+            name, indexed, _ = step.partition("[")  # requests[0]: an array's first item
+            assert name in here.get("properties", {}), f"{column['jsonPath']} is not in the schema"
+            here = here["properties"][name]
+            if indexed:
+                here = here["items"]
         assert column["type"] in {"string", "integer", "date", "number", "boolean"}
 
 
@@ -411,17 +417,31 @@ def test_what_a_cel_rule_scans_is_bounded_so_its_cost_estimate_passes(
 
 def test_kubevirt_stand_ins_match_kubevirts_own_declarations() -> None:
     by_kind = {c["spec"]["names"]["kind"]: c for c in crds.kubevirt_crds()}
-    assert set(by_kind) == {"VirtualMachine", "VirtualMachineInstance", "KubeVirt"}
-    for kind, plural in [
-        ("VirtualMachine", "virtualmachines"),
-        ("VirtualMachineInstance", "virtualmachineinstances"),
-        ("KubeVirt", "kubevirts"),
-    ]:
+    # (kind, CRD name, scope, served version), as virt-operator's crds.go declares them.
+    declared = [
+        ("VirtualMachine", "virtualmachines.kubevirt.io", "Namespaced", "v1"),
+        ("VirtualMachineInstance", "virtualmachineinstances.kubevirt.io", "Namespaced", "v1"),
+        ("KubeVirt", "kubevirts.kubevirt.io", "Namespaced", "v1"),
+        (
+            "VirtualMachineInstancetype",
+            "virtualmachineinstancetypes.instancetype.kubevirt.io",
+            "Namespaced",
+            "v1beta1",
+        ),
+        (
+            "VirtualMachineClusterInstancetype",
+            "virtualmachineclusterinstancetypes.instancetype.kubevirt.io",
+            "Cluster",
+            "v1beta1",
+        ),
+    ]
+    assert set(by_kind) == {d[0] for d in declared}
+    for kind, name, scope, served in declared:
         crd = by_kind[kind]
-        assert crd["metadata"]["name"] == f"{plural}.kubevirt.io"
-        assert crd["spec"]["scope"] == "Namespaced"
+        assert crd["metadata"]["name"] == name
+        assert crd["spec"]["scope"] == scope
         (version,) = crd["spec"]["versions"]
-        assert version["name"] == "v1"
+        assert version["name"] == served
         schema = version["schema"]["openAPIV3Schema"]
         for part in ("spec", "status"):
             assert schema["properties"][part]["x-kubernetes-preserve-unknown-fields"] is True
@@ -431,4 +451,6 @@ def test_kubevirt_stand_ins_match_kubevirts_own_declarations() -> None:
         "VirtualMachine": True,
         "VirtualMachineInstance": False,
         "KubeVirt": True,
+        "VirtualMachineInstancetype": False,
+        "VirtualMachineClusterInstancetype": False,
     }

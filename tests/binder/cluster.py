@@ -309,7 +309,9 @@ class Cluster:
         if existing is not None:
             meta = existing.metadata.to_dict()
         if annotations is not None:
-            meta["annotations"] = annotations
+            # As `kubectl apply` edits them: the annotation the binder keeps stays.
+            kept = {k: v for k, v in meta.get("annotations", {}).items() if k == DEVICES_ANNOTATION}
+            meta["annotations"] = {**kept, **annotations}
         if created is not None:
             meta["creationTimestamp"] = created.isoformat()
         spec: dict[str, Any] = {

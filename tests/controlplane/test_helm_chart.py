@@ -151,7 +151,8 @@ def test_the_chart_lints_clean_with_its_defaults_and_other_values(
 
 
 def test_its_defaults_render_the_objects_of_deploy(helm: Path) -> None:
-    chart = by_key(render(helm))
+    # `helm test`'s objects (templates/tests) are hooks, not part of the installed release.
+    chart = by_key(render(helm, flags=("--skip-tests",)))
     deploy = by_key(deploy_docs())
     assert {k for k in chart if k[0] not in CHART_ONLY} == set(deploy)
     for key, want in deploy.items():
@@ -224,14 +225,22 @@ def other_values(
         },
         "agent": {
             "devicePlugin": {"enabled": False},
-            "interval": 30,
-            "resync": 600,
+            "interval": "30s",
+            "resync": "10m",
             "vendors": ["0x10de", "0x1002"],
             "nodeSelector": None,
+            "vfioBinding": {"enabled": True},
         },
         "slotResourcePolicy": {"kubevirtNamespace": "cozy-kubevirt"},
         "rbac": {"tenantRole": False},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "prometheusRule": {
+            "enabled": True,
+            "labels": {"release": "prometheus"},
+            "namespace": monitoring,
+            "alertLabels": {"team": "gpu"},
+        },
+        "tests": {"namespace": "tenant-a"},
         "dashboard": {"namespace": monitoring},
     }
 
@@ -241,7 +250,7 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, "gb", "gpu-system", other_values(certs), tmp_path)
     kinds = sorted({d["kind"] for d in docs})
     assert "Certificate" not in kinds and "Issuer" not in kinds
-    assert {"Secret", "PodDisruptionBudget", "ServiceMonitor"} <= set(kinds)
+    assert {"Secret", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"} <= set(kinds)
     assert ("ClusterRole", "gb-tenant") not in by_key(docs)
     assert all(labels(d)["team"] == "gpu" for d in docs)
 
@@ -281,13 +290,15 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
         "agent",
         "--root=/host",
         "--no-device-plugin",
-        "--interval=30",
-        "--resync=600",
+        "--interval=30s",
+        "--resync=10m",
         "--vendor=0x10de",
         "--vendor=0x1002",
     ]
     assert "nodeSelector" not in agent
     assert "device-plugins" not in {v["name"] for v in agent["volumes"]}
+    (drivers,) = [m for m in container["volumeMounts"] if m["name"] == "pci-drivers"]
+    assert drivers == {"name": "pci-drivers", "mountPath": "/host/sys/bus/pci/drivers"}
     policies = by_key(docs)
     (condition,) = policies[("ValidatingAdmissionPolicy", "gb-agent-own-node")]["spec"][
         "matchConditions"
@@ -301,7 +312,44 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     binding = policies[("ValidatingAdmissionPolicyBinding", "gb-slot-resources")]
     assert binding["spec"]["policyName"] == "gb-slot-resources"
     assert one(docs, "ConfigMap")["metadata"]["namespace"] == "monitoring"
+    rules = one(docs, "PrometheusRule")
+    assert rules["metadata"]["namespace"] == "monitoring"
+    assert labels(rules)["release"] == "prometheus"
+    (group,) = rules["spec"]["groups"]
+    assert all(r["labels"]["team"] == "gpu" for r in group["rules"])
+    # The Service's name is the job Prometheus Operator gives the ServiceMonitor's series.
+    assert all('job="gb-webhook"' in r["expr"] for r in group["rules"])
+    (test_pod,) = [d for d in docs if d["kind"] == "Pod"]
+    assert test_pod["spec"]["containers"][0]["args"] == ["check", "--namespace", "tenant-a"]
     assert_consistent(docs, "gpu-system")
+
+
+def test_helm_test_creates_a_dry_run_gpu_vmi_where_the_webhook_serves(helm: Path) -> None:
+    docs = render(helm)
+    hooks = [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert {d["kind"] for d in hooks} == {"ServiceAccount", "Role", "RoleBinding", "Pod"}
+    for d in hooks:
+        annotations = d["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "test", d["kind"]
+        assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"], d["kind"]
+    pod = one(hooks, "Pod")
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == ["check", "--namespace", "default"]
+    assert pod["spec"]["serviceAccountName"] == one(hooks, "ServiceAccount")["metadata"]["name"]
+    # It may create VMIs in that namespace and nothing else.
+    role = one(hooks, "Role")
+    assert role["metadata"]["namespace"] == "default"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["kubevirt.io"],
+            "resources": ["virtualmachineinstances"],
+            "verbs": ["create"],
+        }
+    ]
+    hooks = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    (vmi_hook,) = [h for h in hooks if h["name"].startswith("vmi.")]
+    excluded = vmi_hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert "default" not in excluded
 
 
 def test_the_defaults_are_consistent_too(helm: Path) -> None:
@@ -362,27 +410,53 @@ def assert_consistent(docs: list[dict[str, Any]], namespace: str) -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"webhook": {"certificateSource": "vault"}}, "must be certManager or secret"),
+        # values.schema.json: the value's path, and what it must be.
+        (
+            {"webhook": {"certificateSource": "vault"}},
+            "at '/webhook/certificateSource': value must be one of 'certManager', 'secret'",
+        ),
+        ({"webhook": {"timeoutSeconds": 31}}, "at '/webhook/timeoutSeconds': maximum"),
+        ({"webhook": {"failurePolicy": "fail"}}, "at '/webhook/failurePolicy'"),
+        (
+            {"slotResourcePolicy": {"kubevirtNamespace": "kube' || true"}},
+            "at '/slotResourcePolicy/kubevirtNamespace'",
+        ),
+        ({"binder": {"replica": 3}}, "at '/binder': additional properties 'replica' not allowed"),
+        ({"binder": {"replicas": 0}}, "at '/binder/replicas': minimum"),
+        (
+            {"binder": {"config": {"lostgrace": "5m"}}},
+            "at '/binder/config': additional properties 'lostgrace' not allowed",
+        ),
+        ({"binder": {"config": {"lostGrace": "5"}}}, "at '/binder/config/lostGrace'"),
+        ({"agent": {"interval": 30}}, "at '/agent/interval'"),
+        ({"agent": {"vendors": ["10de"]}}, "at '/agent/vendors/0'"),
+        ({"serviceMonitor": {"enable": True}}, "additional properties 'enable' not allowed"),
+        ({"prometheusRules": {"enabled": True}}, "additional properties 'prometheusRules'"),
+        # The templates' own checks: what a schema cannot say.
         ({"webhook": {"certificateSource": "secret"}}, "webhook.secret.caBundle"),
         (
             {"webhook": {"certificateSource": "secret", "secret": {"caBundle": "x"}}},
             "webhook.secret.tlsCrt is required",
         ),
-        ({"webhook": {"timeoutSeconds": 31}}, "between 1 and 30"),
         (
-            {"slotResourcePolicy": {"kubevirtNamespace": "kube' || true"}},
-            "slotResourcePolicy.kubevirtNamespace must be a namespace name",
+            {"binder": {"replicas": 1}},
+            "binder.podDisruptionBudget.minAvailable (1) must be below binder.replicas (1)",
         ),
     ],
 )
-def test_values_that_cannot_work_are_refused_with_the_reason(
+def test_values_that_cannot_work_are_refused_naming_the_value(
     helm: Path, tmp_path: Path, values: dict[str, Any], message: str
 ) -> None:
     file = tmp_path / "values.yaml"
     file.write_text(yaml.safe_dump(values))
-    done = run_helm(helm, "template", "x", str(CHART), "--values", str(file))
-    assert done.returncode != 0
-    assert message in done.stderr, done.stderr
+    # The schema is checked by lint too; the templates' own checks only when rendering
+    # (lint reports a `required` value as INFO).
+    schema = message.startswith("at '/") or "additional properties" in message
+    for command in ("template", "lint") if schema else ("template",):
+        args = [command, *(["x"] if command == "template" else []), str(CHART)]
+        done = run_helm(helm, *args, "--values", str(file))
+        assert done.returncode != 0, command
+        assert message in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 # --- on the API server --------------------------------------------------------------------
@@ -393,6 +467,7 @@ THIRD_PARTY = [
     ("cert-manager.io", "Certificate", "certificates"),
     ("cert-manager.io", "Issuer", "issuers"),
     ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
 ]
 
 
@@ -485,7 +560,7 @@ def test_every_object_of_another_render_is_accepted_by_the_api_server(
     helm: Path, cluster: ControlPlane, tmp_path: Path
 ) -> None:
     monitoring = f"monitoring-{uid()}"
-    for ns in ("gpu-system", monitoring):
+    for ns in ("gpu-system", monitoring, "tenant-a"):
         put(cluster, {"kind": "Namespace", "metadata": {"name": ns}})
     values = other_values(certs_of(cluster), monitoring, fullname=f"gb-{uid()}")
     docs = render(helm, "gb", "gpu-system", values, tmp_path)

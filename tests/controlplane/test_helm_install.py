@@ -70,6 +70,8 @@ class Release:
     helm: Path
     home: Path
     values: Path
+    # What `helm install` printed: the chart's NOTES.txt, rendered.
+    installed: str = ""
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`helm <args>` against this module's control plane, in the release's namespace."""
@@ -128,9 +130,11 @@ def release(
         home = tmp_path_factory.mktemp("helm-home")
         file = home / "values.yaml"
         file.write_text(yaml.safe_dump(values))
-        installed = Release(cp, helm, home, file)
-        installed.run("install", RELEASE, str(CHART), "--create-namespace", "--values", str(file))
-        yield installed
+        release = Release(cp, helm, home, file)
+        done = release.run(
+            "install", RELEASE, str(CHART), "--create-namespace", "--values", str(file)
+        )
+        yield Release(cp, helm, home, file, installed=done.stdout)
 
 
 # The tests share the one release, in file order: the uninstall comes last.
@@ -148,6 +152,16 @@ def test_helm_install_stores_the_releases_objects_and_establishes_the_crds(
     for name in crd_names():
         conditions = release.stored(f"{CRDS}/{name}")["status"]["conditions"]
         assert {c["type"]: c["status"] for c in conditions}.get("Established") == "True", name
+
+
+def test_helm_install_prints_what_to_do_next(release: Release) -> None:
+    notes = release.installed.partition("NOTES:")[2]
+    assert "kubectl label node <node> gpu.cozystack.io/agent=true" in notes
+    assert "kubectl apply -f examples/gpuclass-h100-sxm.yaml" in notes
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert "kubectl gpu status" in notes
+    assert "--set prometheusRule.enabled=true" in notes
+    assert "helm never upgrades CRDs" in notes
 
 
 def test_a_vmi_asking_for_a_gpu_is_refused_while_no_binder_answers_the_webhook(

@@ -110,6 +110,8 @@ KINDS: tuple[KindSpec, ...] = (
         description="A kind of GPU tenants can order, named by the KubeVirt device name "
         "VMs use (spec.resourceName).",
         status_subresource=True,
+        # What an operator asks first: how many of the class are free, and the largest
+        # order that fits now (under the class's topology, as placement would pick it).
         columns=(
             Column("Resource", ".spec.resourceName"),
             Column("Devices", ".status.devices", "integer"),
@@ -117,12 +119,17 @@ KINDS: tuple[KindSpec, ...] = (
             Column("Bound", ".status.bound", "integer"),
             Column("Attached", ".status.attached", "integer"),
             Column("Lost", ".status.lost", "integer"),
+            Column("Cleaning", ".status.cleaning", "integer"),
             Column(
                 "Largest Free Set",
                 ".status.largestFreeSet",
                 "integer",
                 "The largest order that can be bound right now",
             ),
+            Column("Policy", ".spec.placement.policy", priority=1),
+            Column("Topology", ".spec.placement.topology", priority=1),
+            Column("Pinning", ".spec.pinning", priority=1),
+            Column("Release After Stop", ".spec.reservation.releaseAfterStopped", priority=1),
             AGE,
         ),
         rules={
@@ -153,10 +160,13 @@ KINDS: tuple[KindSpec, ...] = (
             Column("Node", ".spec.nodeName"),
             Column("Class", ".status.className"),
             Column("Phase", ".status.phase"),
-            Column("VM", ".status.binding.vm.name"),
+            Column("VM", ".status.vm", description="The bound VM, namespace/name"),
+            Column("Health", ".spec.health"),
+            Column("Slot", ".spec.slot", "integer", priority=1),
             Column("PCI", ".spec.pciAddress", priority=1),
             Column("Model", ".spec.model", priority=1),
-            Column("Health", ".spec.health", priority=1),
+            Column("Driver", ".spec.driver", priority=1),
+            Column("Message", ".spec.healthMessage", priority=1),
             AGE,
         ),
         rules={
@@ -182,8 +192,12 @@ KINDS: tuple[KindSpec, ...] = (
         short_name="gpubr",
         description="The webhook asks for a VM's GPUs to be bound; the binder answers in status.",
         status_subresource=True,
+        # A tenant's question: is my start waiting, bound where, or refused and why.
         columns=(
             Column("VM", ".spec.vm.name"),
+            Column("VMI", ".spec.vmi.name", priority=1),
+            Column("Class", ".spec.requests[0].className", priority=1),
+            Column("Count", ".spec.requests[0].count", "integer", priority=1),
             Column("Phase", ".status.phase"),
             Column("Node", ".status.nodeName"),
             Column("Message", ".status.message"),
@@ -201,12 +215,16 @@ KINDS: tuple[KindSpec, ...] = (
         description="One attachment of one GPU to one VMI, the billing ledger: open "
         "while end is empty, immutable once closed.",
         status_subresource=False,
+        # A tenant's bill, line by line: which VM held which GPU, where, from when to when
+        # (End empty: still open).
         columns=(
             Column("VM", ".spec.vm"),
-            Column("Device", ".spec.device"),
             Column("Class", ".spec.className"),
+            Column("Node", ".spec.nodeName"),
+            Column("Device", ".spec.device"),
             Column("Start", ".spec.start", format="date-time"),
             Column("End", ".spec.end", format="date-time"),
+            Column("VMI", ".spec.vmi.name", priority=1),
         ),
         rules={
             ("spec",): (

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, computed_field
 
 from gpu_binder.api.meta import DURATION_PATTERN, Condition, Model, ObjectMeta, parse_duration
 
@@ -92,6 +92,10 @@ class GPUClassSpec(Model):
     reservation: ReservationSpec = ReservationSpec()
     cleaning: Literal["Reset", "None"] = "Reset"
     pinning: Literal["Device", "Node"] = "Device"
+    # Who puts the class's GPUs on vfio-pci. External: something else does (the GPU
+    # Operator's vfio-manager, vfio-pci.ids= at boot); a GPU on another driver is
+    # Unhealthy. Agent: the node agent binds them itself through sysfs (agent/vfio.py).
+    vfio_binding: Literal["External", "Agent"] = "External"
 
     @property
     def release_after(self) -> timedelta | None:
@@ -187,6 +191,16 @@ class GPUDeviceStatus(Model):
     lost_reason: str = ""
     released_at: datetime | None = None
     conditions: tuple[Condition, ...] = ()
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="The bound VM as namespace/name, for `kubectl get gpudevices`: "
+        "binding.vm said once more, written with every status write"
+    )
+    @property
+    def vm(self) -> str:
+        # A printer column's JSONPath cannot join namespace and name; derived here, it is
+        # never stale and costs no write of its own. Read from the API it is recomputed.
+        return self.binding.vm.key if self.binding is not None else ""
 
 
 class GPUDevice(Model):

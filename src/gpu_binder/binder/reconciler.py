@@ -16,6 +16,7 @@ from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.meta import Condition
 from gpu_binder.api.types import (
+    DEVICES_ANNOTATION,
     FINALIZER,
     RECORD_OPEN,
     RECORD_STATE_LABEL,
@@ -43,6 +44,7 @@ from gpu_binder.binder.steps import (
     sets,
     settings,
     status,
+    tenantview,
 )
 from gpu_binder.binder.world import World
 from gpu_binder.client.errors import AlreadyExists, ApiError, Conflict, NotFound
@@ -171,6 +173,9 @@ class Reconciler:
         if not result.aborted:
             # Only once the records it waits for are written: a VMI held for them may go.
             await self._run(records.usage_finalizers, now, result)
+        if not result.aborted:
+            # What each VM holds, on the VM, for its tenant (no effect on any decision).
+            await self._run(tenantview.vm_annotations, now, result)
         if enabled:
             await self._run(status.class_status, now, result)
             await self._run(status.node_status, now, result)
@@ -201,7 +206,13 @@ class Reconciler:
         ctx = self._context(self.clock())
         largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
         unmanaged = len(self.memory.unadopted)
-        self.metrics.export(self.world, largest, unmanaged, len(self.memory.unplaceable))
+        self.metrics.export(
+            self.world,
+            largest,
+            unmanaged,
+            len(self.memory.unplaceable),
+            degraded_nodes=len(self.memory.degraded),
+        )
 
     def _context(self, now: datetime) -> Context:
         return Context(self.world, self.config, now, self.memory, Plan(self.world, now), self.scope)
@@ -281,6 +292,11 @@ class Reconciler:
             return await c.apply(KubeVirt, w.obj.body)
         if w.verb == "finalizers":
             return await self._finalizers(w.obj)
+        if w.verb == "annotations":
+            meta = w.obj.metadata
+            value = meta.annotations.get(DEVICES_ANNOTATION)
+            patch = {"metadata": {"annotations": {DEVICES_ANNOTATION: value}}}
+            return await c.patch(type(w.obj), meta.name, meta.namespace, patch)
         if w.verb == "node_status":
             node_name, cond = w.obj
             return await self._node_condition(node_name, cond)

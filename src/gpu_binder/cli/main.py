@@ -11,6 +11,12 @@ from collections.abc import Callable, Sequence
 # Subcommands that own their flags: their module's main function gets the rest of argv.
 DELEGATED: dict[str, tuple[str, str]] = {
     "agent": ("gpu_binder.agent.command", "main_agent"),
+    # `kubectl gpu`'s subcommands, for a machine with no kubectl (the chart's helm test).
+    "check": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "drain": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "status": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "vm": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "why": ("gpu_binder.kubectl.command", "main_kubectl"),
     "replay": ("gpu_binder.replay.command", "main_replay"),
     "run": ("gpu_binder.kube.command", "main_run"),
     "sim": ("gpu_binder.sim.command", "main_sim_cli"),
@@ -25,7 +31,8 @@ def _delegate(name: str, argv: Sequence[str]) -> int:
     except (ImportError, AttributeError):
         print(f"gpu-binder {name}: not available in this build", file=sys.stderr)
         return 2
-    return entry(list(argv))
+    # kubectl gpu's entry takes its subcommand as the first argument.
+    return entry([name, *argv] if module == "gpu_binder.kubectl.command" else list(argv))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from gpu_binder.binder.config import Config
+from gpu_binder.cli.logs import setup as setup_logs
 from gpu_binder.devcluster import fleet
 from gpu_binder.envtest import (
     AssetsBuildError,
@@ -33,7 +34,6 @@ from gpu_binder.envtest import (
 )
 from gpu_binder.kube import KubeClient, connect
 from gpu_binder.kube.client import APPLY_PATCH
-from gpu_binder.kube.logs import setup as setup_logs
 from gpu_binder.kube.manager import Manager, Options, WebhookOptions
 
 COLLECTIONS = {

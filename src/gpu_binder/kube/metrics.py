@@ -13,7 +13,7 @@ class RunMetrics:
             registry=registry,
         )
         self.admissions = Histogram(
-            "gpu_binder_webhook_seconds",
+            "gpu_binder_webhook_duration_seconds",
             "Time to answer an AdmissionReview, by webhook (vmi, pod)",
             ["webhook", "allowed"],
             registry=registry,
