@@ -75,6 +75,9 @@ ACTIONS = {
     "GPULost": "MarkLost",
     "GPURecovered": "Recover",
     "GPUDegraded": "MarkDegraded",
+    "GPUDrainBlocked": "BlockDrain",
+    "GPUClassRefused": "Refuse",
+    "GPUPermittedHostDevicesCreated": "Configure",
 }
 
 
