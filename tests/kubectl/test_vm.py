@@ -62,3 +62,16 @@ async def test_name_alone_is_looked_up_in_the_namespace_of_n(cluster: Cluster) -
     data = json.loads((await kubectl(cluster, "vm", "vm", "-o", "json")).out)
     assert data["vm"] == "tenant/vm" and data["node"] == "node-a"
     assert data["devices"][0]["phase"] == "Bound"
+
+
+async def test_an_instancetype_vm_shows_the_gpus_of_its_recorded_instancetype(
+    cluster: Cluster,
+) -> None:
+    """The order is read as the binder reads it: the template names no GPUs, the
+    instancetype KubeVirt recorded for the VM does."""
+    cluster.node("node-a", 4)
+    cluster.instancetype_vm("infer", "gpu-large", 2, running=False)
+    await cluster.settle()
+    ran = await kubectl(cluster, "vm", "tenant/infer")
+    assert ran.code == 0, ran.err
+    assert "Orders   2 × h100" in ran.out.splitlines()

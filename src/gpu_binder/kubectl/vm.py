@@ -10,9 +10,11 @@ from typing import Any
 
 from rich.text import Text
 
+from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kinds import Event
-from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance, set_to_start
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
+from gpu_binder.binder.vmiorder import revision_key, vm_entries
 from gpu_binder.client.interface import Client
 from gpu_binder.display.slots import COLOURS, by_slot
 from gpu_binder.kubectl import snapshot
@@ -34,19 +36,23 @@ class VMFacts:
     devices: list[GPUDevice] = field(default_factory=list)
     device_names: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    # The instancetype revision KubeVirt recorded for the VM, by key, when it names one.
+    revisions: dict[str, ControllerRevision] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     def order(self) -> dict[str, int]:
-        """GPUs ordered per class: the entries naming a class's resourceName (by
-        resourceName itself when the classes are not readable)."""
-        names = (
-            self.vm.device_names
-            if self.vm is not None
-            else (self.vmi.device_names if self.vmi is not None else ())
-        )
+        """GPUs ordered per class: the entries naming a class's resourceName, the VM's
+        template's and its recorded instancetype's, as the binder reads them
+        (binder.vmiorder.vm_entries; by resourceName itself when the classes are not
+        readable)."""
+        names: tuple[str, ...] = ()
+        if self.vm is not None:
+            names = vm_entries(self.vm, self.revisions) or self.vm.device_names
+        elif self.vmi is not None:
+            names = self.vmi.device_names
         by_resource = self.snap.class_by_resource()
         out: dict[str, int] = {}
         for n in names:
@@ -68,7 +74,7 @@ class VMFacts:
         if self.vm is None:
             return "standalone VMI" if self.vmi is not None else "not found"
         strategy = (self.vm.raw.get("spec") or {}).get("runStrategy")
-        state = "running" if self.vm.running else "stopped"
+        state = "running" if set_to_start(self.vm, self.vmi) else "stopped"
         return f"{state} (runStrategy {strategy})" if strategy else state
 
 
@@ -80,6 +86,11 @@ async def gather(client: Client, namespace: str, name: str) -> VMFacts:
         snapshot.events_about(client, namespace, name, ORDER_KINDS),
     )
     facts = VMFacts(namespace, name, vm, vmi, snap, events=events)
+    if vm is not None and (key := revision_key(vm)):
+        rev_ns, _, rev_name = key.partition("/")
+        rev = await snapshot.get_or_none(client, ControllerRevision, rev_name, rev_ns)
+        if rev is not None:
+            facts.revisions[key] = rev
     if snap.devices is not None:
         facts.devices = by_slot(snap.set_of(namespace, name))
         facts.device_names = [d.metadata.name for d in facts.devices]
