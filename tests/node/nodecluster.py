@@ -47,6 +47,19 @@ def wait_for(probe: Callable[[], X | None], timeout: float = 30.0, what: str = "
     raise AssertionError(f"{what} not reached in {timeout:g}s (last: {last!r})")
 
 
+def gone(cp: ControlPlane, path: str, timeout: float = 30.0, what: str = "") -> None:
+    """Wait until path is 404; the failure shows the object as it last was."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        last = get(cp, path)
+        if last is None:
+            return
+        time.sleep(0.1)
+    shown = {"metadata": (last or {}).get("metadata"), "status": (last or {}).get("status")}
+    raise AssertionError(f"{what or path} not gone in {timeout:g}s: {shown}")
+
+
 def get(cp: ControlPlane, path: str) -> dict[str, Any] | None:
     resp = cp.request("GET", path)
     if resp.status == 404:

@@ -120,17 +120,26 @@ def report_running(cp: ControlPlane, vmi: dict[str, Any], node: str) -> None:
     merge_patch(cp, path, {"status": {"phase": "Running", "nodeName": node}})
 
 
-def stop_vmi(cp: ControlPlane, vmi: dict[str, Any], pod: dict[str, Any]) -> None:
-    """KubeVirt's stop: the guest shuts down (Succeeded), the launcher pod goes, then the
-    VMI (its usage finalizer is the binder's to remove)."""
+def vmi_path(vmi: dict[str, Any]) -> str:
     meta = vmi["metadata"]
-    path = f"{KUBEVIRT.format(ns=meta['namespace'])}/virtualmachineinstances/{meta['name']}"
+    return f"{KUBEVIRT.format(ns=meta['namespace'])}/virtualmachineinstances/{meta['name']}"
+
+
+def finished(cp: ControlPlane, vmi: dict[str, Any]) -> None:
+    """virt-handler's report that the guest shut down."""
     ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     status = {
         "phase": "Succeeded",
         "phaseTransitionTimestamps": [{"phase": "Succeeded", "phaseTransitionTimestamp": ended}],
     }
-    merge_patch(cp, path, {"status": status})
+    merge_patch(cp, vmi_path(vmi), {"status": status})
+
+
+def stop_vmi(cp: ControlPlane, vmi: dict[str, Any], pod: dict[str, Any]) -> None:
+    """KubeVirt's stop: the guest shuts down (Succeeded), the launcher pod goes, then the
+    VMI (its usage finalizer is the binder's to remove)."""
+    path = vmi_path(vmi)
+    finished(cp, vmi)
     delete(cp, pod_path(pod))
     wait_for(lambda: get(cp, pod_path(pod)) is None, 30, "launcher pod gone")
     delete(cp, path)

@@ -3,10 +3,11 @@ gpu-binder's objects say about their owners is what Kubernetes acts on."""
 
 from __future__ import annotations
 
-from nodecluster import NodeTier, create, delete, get, wait_for
+from nodecluster import NodeTier, create, delete, get, gone, wait_for
 from play import (
     KUBEVIRT,
     bound_set,
+    finished,
     launch,
     namespace,
     report_running,
@@ -43,7 +44,7 @@ def test_a_vms_bind_requests_go_with_the_vm(tier: NodeTier) -> None:
     path = f"{REQUESTS.format(ns=ns)}/{created['metadata']['name']}"
 
     delete(cp, f"{KUBEVIRT.format(ns=ns)}/virtualmachines/vm")
-    wait_for(lambda: get(cp, path) is None, 30, "the bind request garbage-collected")
+    gone(cp, path, 30, "the bind request")
     wait_for(lambda: not bound_set(cp, ns, "vm"), 60, "the VM's GPU released")
 
 
@@ -66,9 +67,17 @@ def test_a_deleted_namespace_takes_its_vms_vmis_pods_and_usage_records(
     )
 
     delete(cp, f"/api/v1/namespaces/{ns}")
-    # The namespace controller deletes everything in it; the VMI's usage finalizer is
-    # the binder's, removed once it has closed the records.
-    wait_for(lambda: get(cp, f"/api/v1/namespaces/{ns}") is None, 90, "namespace gone")
+    # The namespace controller deletes everything in it. The VMI's usage finalizer is the
+    # binder's, removed once the VMI has finished (QEMU holds the GPUs until it exits)
+    # and its records are closed: virt-handler's report of the shutdown is played here.
+    path = f"{KUBEVIRT.format(ns=ns)}/virtualmachineinstances/vm"
+    wait_for(
+        lambda: ((get(cp, path) or {}).get("metadata") or {}).get("deletionTimestamp"),
+        30,
+        "the VMI being deleted",
+    )
+    finished(cp, vmi)
+    gone(cp, f"/api/v1/namespaces/{ns}", 90)
     wait_for(lambda: not bound_set(cp, ns, "vm"), 60, "the VM's GPUs released")
     # The ledger's records were namespaced objects and went too: where the ledger lives
     # is issue 13's decision; this states what Kubernetes does with them today.
