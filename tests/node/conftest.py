@@ -18,6 +18,7 @@ import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ from nodecluster import (  # noqa: E402
 from realcluster import DEPLOY, put, uid  # noqa: E402
 
 from gpu_binder.devcluster import fleet  # noqa: E402
+from gpu_binder.devcluster.kwoknodes import seed_kwok  # noqa: E402
 from gpu_binder.envtest import (  # noqa: E402
     AssetsBuildError,
     AssetsUnavailable,
@@ -55,6 +57,7 @@ from gpu_binder.envtest import (  # noqa: E402
     ensure_node_assets,
 )
 from gpu_binder.envtest.components import CONTROLLER_MANAGER, SCHEDULER  # noqa: E402
+from gpu_binder.envtest.kwok import start_kwok  # noqa: E402
 from gpu_binder.envtest.node import KubeletNode, node_packages_missing  # noqa: E402
 from gpu_binder.kube import KubeClient, connect  # noqa: E402
 
@@ -161,3 +164,35 @@ def tier(
         finally:
             agent.stop()
             binder.stop()
+
+
+L40S_RESOURCE = "nvidia.com/L40S"
+L40S_DEVICE_ID = "0x26b9"
+
+
+@dataclass
+class KwokNodes:
+    """KWOK running for the session, and its GPU class (L40S, apart from the real node's)."""
+
+    names: list[str]
+    class_name: str = "l40s"
+    resource: str = L40S_RESOURCE
+
+
+@pytest.fixture(scope="session")
+def kwok(tier: NodeTier) -> Iterator[KwokNodes]:
+    """Three KWOK nodes of 4 L40S each, their slot resources in allocatable."""
+    cp = tier.cp
+    proc = start_kwok(tier.assets.kwok, tier.work, cp.kubeconfig)
+    names = [f"kwok-{uid()}-{i}" for i in range(3)]
+
+    async def seed() -> None:
+        async with await connect(str(cp.kubeconfig)) as client:
+            await client.create(fleet.gpu_class("l40s", L40S_RESOURCE, L40S_DEVICE_ID))
+            await seed_kwok(client, names, 4, L40S_DEVICE_ID)
+
+    try:
+        asyncio.run(seed())
+        yield KwokNodes(names)
+    finally:
+        proc.stop()

@@ -55,6 +55,17 @@ def bound_set(cp: ControlPlane, ns: str, name: str) -> dict[str, str]:
     return out
 
 
+def set_node(cp: ControlPlane, ns: str, name: str) -> str:
+    """The one node the GPUs bound to the VM ns/name are on."""
+    nodes = set()
+    for d in devices(cp):
+        vm = ((d.get("status") or {}).get("binding") or {}).get("vm") or {}
+        if (vm.get("namespace"), vm.get("name")) == (ns, name):
+            nodes.add(d["spec"]["nodeName"])
+    [node] = nodes
+    return node
+
+
 def wait_bound(
     cp: ControlPlane, ns: str, name: str, gpus: int, timeout: float = 30
 ) -> dict[str, str]:

@@ -14,6 +14,7 @@ serve); kwok keeps what the status says and adds conditions and addresses.
 from __future__ import annotations
 
 import functools
+import json
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -36,9 +37,21 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+# kwokctl's defaults, which the standalone binary does not fill in by itself.
+OPTIONS = {
+    "nodeLeaseParallelism": 4,
+    "nodePlayStageParallelism": 4,
+    "podPlayStageParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    # Leases, as kubelets keep them: the node lifecycle controller reads them.
+    "nodeLeaseDurationSeconds": 40,
+}
+
+
 def _config(stages: Path, out: Path) -> Path:
+    options = json.dumps(OPTIONS)
     docs = [
-        "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n",
+        f"apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {options}\n",
         *(f.read_text() for f in sorted(stages.glob("*.yaml"))),
     ]
     out.write_text("\n---\n".join(docs))
@@ -68,8 +81,6 @@ def start_kwok(
             "manage-nodes-with-annotation-selector": f"{KWOK_ANNOTATION}=fake",
             "server-address": f"{LOOPBACK}:{port}",
             "node-ip": LOOPBACK,
-            # Leases, as kubelets keep them: the node lifecycle controller reads them.
-            "node-lease-duration-seconds": "40",
         }
         proc = launch("kwok", binary, work, defaults, flags or {})
         return proc, functools.partial(_http_ok, f"http://{LOOPBACK}:{port}/healthz")
