@@ -213,6 +213,13 @@ class ControlPlane:
         return self._admin
 
     @property
+    def node_assets(self) -> NodeAssets:
+        """The node path's binaries (found or built when components were started)."""
+        if self._node_assets is None:
+            self._node_assets = ensure_node_assets(build=self._build, progress=self._progress)
+        return self._node_assets
+
+    @property
     def work_dir(self) -> Path:
         return self._require()
 
