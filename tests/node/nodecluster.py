@@ -60,8 +60,24 @@ def gone(cp: ControlPlane, path: str, timeout: float = 30.0, what: str = "") -> 
     raise AssertionError(f"{what or path} not gone in {timeout:g}s: {shown}")
 
 
+def request(cp: ControlPlane, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+    """cp.request, again while the API server is (re)starting: a fault test's restart
+    answers 429 "storage is (re)initializing" or refuses connections for a moment."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            resp = cp.request(method, path, body, **kw)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if resp.status not in (429, 503) or time.monotonic() > deadline:
+                return resp
+        time.sleep(0.5)
+
+
 def get(cp: ControlPlane, path: str) -> dict[str, Any] | None:
-    resp = cp.request("GET", path)
+    resp = request(cp, "GET", path)
     if resp.status == 404:
         return None
     assert resp.ok, resp.body
@@ -70,21 +86,21 @@ def get(cp: ControlPlane, path: str) -> dict[str, Any] | None:
 
 
 def create(cp: ControlPlane, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-    resp = cp.request("POST", path, obj)
+    resp = request(cp, "POST", path, obj)
     assert resp.ok, resp.body
     out: dict[str, Any] = resp.json()
     return out
 
 
 def merge_patch(cp: ControlPlane, path: str, patch: dict[str, Any]) -> dict[str, Any]:
-    resp = cp.request("PATCH", path, patch, content_type="application/merge-patch+json")
+    resp = request(cp, "PATCH", path, patch, content_type="application/merge-patch+json")
     assert resp.ok, resp.body
     out: dict[str, Any] = resp.json()
     return out
 
 
 def delete(cp: ControlPlane, path: str) -> None:
-    resp = cp.request("DELETE", path)
+    resp = request(cp, "DELETE", path)
     assert resp.ok or resp.status == 404, resp.body
 
 

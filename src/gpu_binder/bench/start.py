@@ -86,6 +86,8 @@ class Scheduled:
                 async for event in client.watch(Pod, NAMESPACE, rv):
                     pod = event.object
                     rv = pod.metadata.resource_version or rv
+                    if not isinstance(pod, Pod):  # a bookmark: only where the watch stands
+                        continue
                     name = pod.metadata.name
                     if pod.node_name and name not in self.at:
                         self.at[name] = time.perf_counter()

@@ -61,8 +61,8 @@ APISERVER = "kube-apiserver"
 ETCD = "etcd"
 NODE_BINARIES = ("kube-scheduler", "kube-controller-manager", "kubelet", "kwok")
 NODE_HOW_TO_ENABLE = (
-    "to enable, install Go (scripts/build-controlplane.sh --node then builds them once) "
-    "or put them in KUBEBUILDER_ASSETS"
+    "to enable, run scripts/build-controlplane.sh --node (Go, once per machine, about "
+    "18 min on 2 cores) or put them in KUBEBUILDER_ASSETS"
 )
 _PROGRESS_PREFIX = "[build-controlplane"
 
