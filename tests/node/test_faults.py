@@ -12,8 +12,17 @@ from collections import Counter
 from typing import Any
 
 from launcher import render_launcher_pod
-from nodecluster import BinderProcess, NodeTier, create, delete, get, merge_patch, wait_for
-from play import KUBEVIRT, devices, finished, namespace, report_running, vm
+from nodecluster import (
+    BinderProcess,
+    NodeTier,
+    create,
+    delete,
+    get,
+    merge_patch,
+    request,
+    wait_for,
+)
+from play import KUBEVIRT, devices, namespace, report_running, vm, vmi_path
 from realcluster import uid
 
 from conftest import KwokNodes
@@ -21,6 +30,8 @@ from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.devcluster import fleet
 from gpu_binder.sim import builders
 
+MERGE = "application/merge-patch+json"
+SUCCEEDED = {"phase": "Succeeded"}
 RECORDS = "/apis/gpu.cozystack.io/v1alpha1/namespaces/{ns}/gpuusagerecords"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -76,15 +87,25 @@ def cleanup(cp: Any, ns: str) -> None:
         ) or []:
             status = vmi.get("status") or {}
             if vmi["metadata"].get("deletionTimestamp") and status.get("phase") != "Succeeded":
-                finished(cp, vmi)
+                # It may go between the list and the patch.
+                request(cp, "PATCH", vmi_path(vmi), {"status": SUCCEEDED}, content_type=MERGE)
         assert time.monotonic() < deadline, f"namespace {ns} not gone"
         time.sleep(0.5)
     wait_for(lambda: not sets(cp, ns), 60, f"the GPUs of {ns} released")
 
 
-def wait_whole(cp: Any, ns: str, order: dict[str, int]) -> None:
+def wait_whole(tier: NodeTier, ns: str, order: dict[str, int]) -> None:
     """Until every VM holds its whole order (a set is written one GPUDevice at a time)."""
-    wait_for(lambda: {vm: len(g) for vm, g in sets(cp, ns).items()} == order, 60, "every VM bound")
+    cp = tier.cp
+    try:
+        wait_for(
+            lambda: {vm: len(g) for vm, g in sets(cp, ns).items()} == order, 90, "every VM bound"
+        )
+    except AssertionError:
+        phases = Counter((d.get("status") or {}).get("phase") for d in devices(cp))
+        raise AssertionError(
+            f"sets {sets(cp, ns)}; device phases {dict(phases)}\n{tier.binder.log()[-2500:]}"
+        ) from None
 
 
 def test_the_kubelet_restarted_gets_its_slots_back_from_the_agent(tier: NodeTier) -> None:
@@ -115,23 +136,27 @@ def _burst(tier: NodeTier, kwok: KwokNodes, ns: str, vms: int) -> dict[str, int]
 def test_apiserver_restarted_mid_pass_binds_every_vm_once(tier: NodeTier, kwok: KwokNodes) -> None:
     cp = tier.cp
     ns = namespace(cp, f"fault-{uid()}")
-    order = _burst(tier, kwok, ns, 4)
-    cp.restart_apiserver(down=2.0)
-    wait_whole(cp, ns, order)
-    assert_whole(cp, ns, order)
-    tier.node.wait_ready(60)
-    cleanup(cp, ns)
+    try:
+        order = _burst(tier, kwok, ns, 4)
+        cp.restart_apiserver(down=2.0)
+        wait_whole(tier, ns, order)
+        assert_whole(cp, ns, order)
+    finally:
+        tier.node.wait_ready(60)
+        cleanup(cp, ns)
 
 
 def test_etcd_restarted_mid_pass_binds_every_vm_once(tier: NodeTier, kwok: KwokNodes) -> None:
     cp = tier.cp
     ns = namespace(cp, f"fault-{uid()}")
-    order = _burst(tier, kwok, ns, 4)
-    cp.restart_etcd(down=2.0)
-    wait_whole(cp, ns, order)
-    assert_whole(cp, ns, order)
-    tier.node.wait_ready(60)
-    cleanup(cp, ns)
+    try:
+        order = _burst(tier, kwok, ns, 4)
+        cp.restart_etcd(down=2.0)
+        wait_whole(tier, ns, order)
+        assert_whole(cp, ns, order)
+    finally:
+        tier.node.wait_ready(60)
+        cleanup(cp, ns)
 
 
 def _point_webhook(cp: Any, port: int) -> None:
@@ -171,7 +196,7 @@ def test_the_leader_killed_during_a_burst_loses_no_start_and_no_usage_record(
                 lambda path=path: (get(cp, path) or {}).get("spec", {}).get("nodeName"), 60
             )
             report_running(cp, v, node)
-        wait_whole(cp, ns, order)
+        wait_whole(tier, ns, order)
         assert_whole(cp, ns, order)
         held = sets(cp, ns)
 
