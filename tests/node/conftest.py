@@ -20,7 +20,6 @@ import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,9 +34,12 @@ from nodecluster import (  # noqa: E402
     DEPLOY_FILES,
     H100_DEVICE_ID,
     H100_RESOURCE,
+    L40S_DEVICE_ID,
+    L40S_RESOURCE,
     SCHEDULABLE,
     AgentProcess,
     BinderProcess,
+    KwokNodes,
     NodeTier,
     agent_kubeconfig,
     h100_host,
@@ -169,19 +171,6 @@ def tier(
         finally:
             agent.stop()
             binder.stop()
-
-
-L40S_RESOURCE = "nvidia.com/L40S"
-L40S_DEVICE_ID = "0x26b9"
-
-
-@dataclass
-class KwokNodes:
-    """KWOK running for the session, and its GPU class (L40S, apart from the real node's)."""
-
-    names: list[str]
-    class_name: str = "l40s"
-    resource: str = L40S_RESOURCE
 
 
 @pytest.fixture(scope="session")

@@ -343,6 +343,19 @@ class NodeTier:
         )
 
 
+L40S_RESOURCE = "nvidia.com/L40S"
+L40S_DEVICE_ID = "0x26b9"
+
+
+@dataclass
+class KwokNodes:
+    """KWOK running for the session, and its GPU class (L40S, apart from the real node's)."""
+
+    names: list[str]
+    class_name: str = "l40s"
+    resource: str = L40S_RESOURCE
+
+
 DEPLOY_FILES = (
     DEPLOY / "binder" / "rbac.yaml",
     DEPLOY / "agent" / "rbac.yaml",

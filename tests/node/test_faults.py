@@ -15,6 +15,7 @@ import pytest
 from launcher import render_launcher_pod
 from nodecluster import (
     BinderProcess,
+    KwokNodes,
     NodeTier,
     create,
     delete,
@@ -26,7 +27,6 @@ from nodecluster import (
 from play import KUBEVIRT, devices, namespace, report_running, vm, vmi_path
 from realcluster import uid
 
-from conftest import KwokNodes
 from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.devcluster import fleet
 from gpu_binder.sim import builders
@@ -137,37 +137,6 @@ def _burst(tier: NodeTier, kwok: KwokNodes, ns: str, vms: int) -> dict[str, int]
     return {f"vm-{i}": 2 for i in range(vms)}
 
 
-def test_apiserver_restarted_mid_pass_binds_every_vm_once(tier: NodeTier, kwok: KwokNodes) -> None:
-    cp = tier.cp
-    ns = namespace(cp, f"fault-{uid()}")
-    try:
-        order = _burst(tier, kwok, ns, 4)
-        cp.restart_apiserver(down=2.0)
-        wait_whole(tier, ns, order)
-        assert_whole(cp, ns, order)
-    finally:
-        tier.node.wait_ready(60)
-        cleanup(cp, ns)
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="seen 3 of 5 runs: after etcd restarts right after a burst of VM creations, one VM "
-    "is not bound in 90 s though the leader's passes run and GPUs are free (issue 12 report)",
-)
-def test_etcd_restarted_mid_pass_binds_every_vm_once(tier: NodeTier, kwok: KwokNodes) -> None:
-    cp = tier.cp
-    ns = namespace(cp, f"fault-{uid()}")
-    try:
-        order = _burst(tier, kwok, ns, 4)
-        cp.restart_etcd(down=2.0)
-        wait_whole(tier, ns, order)
-        assert_whole(cp, ns, order)
-    finally:
-        tier.node.wait_ready(60)
-        cleanup(cp, ns)
-
-
 def _point_webhook(cp: Any, port: int) -> None:
     config = fleet.webhook_configuration(f"https://127.0.0.1:{port}/mutate", cp.ca_pem)
     name = config["metadata"]["name"]
@@ -201,9 +170,18 @@ def test_the_leader_killed_during_a_burst_loses_no_start_and_no_usage_record(
         pods = [create(cp, f"/api/v1/namespaces/{ns}/pods", render_launcher_pod(v)) for v in vmis]
         for v, p in zip(vmis, pods, strict=True):
             path = f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}"
-            node = wait_for(
-                lambda path=path: (get(cp, path) or {}).get("spec", {}).get("nodeName"), 60
-            )
+            try:
+                node = wait_for(
+                    lambda path=path: (get(cp, path) or {}).get("spec", {}).get("nodeName"), 60
+                )
+            except AssertionError:
+                now = get(cp, path) or {}
+                why = [c for c in (now.get("status") or {}).get("conditions") or []]
+                asked = now["spec"]["containers"][0]["resources"]
+                raise AssertionError(
+                    f"{path} not scheduled: {why}; asks {asked}; sets {sets(cp, ns)}; "
+                    f"affinity {now['spec'].get('affinity')}; refusals {refusals}"
+                ) from None
             report_running(cp, v, node)
         wait_whole(tier, ns, order)
         assert_whole(cp, ns, order)
@@ -224,4 +202,39 @@ def test_the_leader_killed_during_a_burst_loses_no_start_and_no_usage_record(
         tier.binder.start()
         _point_webhook(cp, tier.webhook.port)
         standby.stop()
+        cleanup(cp, ns)
+
+
+# The restarts last: what they disturb is put right by their cleanup, but less is lost
+# to a later test if something stays behind.
+
+
+def test_apiserver_restarted_mid_pass_binds_every_vm_once(tier: NodeTier, kwok: KwokNodes) -> None:
+    cp = tier.cp
+    ns = namespace(cp, f"fault-{uid()}")
+    try:
+        order = _burst(tier, kwok, ns, 4)
+        cp.restart_apiserver(down=2.0)
+        wait_whole(tier, ns, order)
+        assert_whole(cp, ns, order)
+    finally:
+        tier.node.wait_ready(60)
+        cleanup(cp, ns)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="seen 3 of 5 runs: after etcd restarts right after a burst of VM creations, one VM "
+    "is not bound in 90 s though the leader's passes run and GPUs are free (issue 12 report)",
+)
+def test_etcd_restarted_mid_pass_binds_every_vm_once(tier: NodeTier, kwok: KwokNodes) -> None:
+    cp = tier.cp
+    ns = namespace(cp, f"fault-{uid()}")
+    try:
+        order = _burst(tier, kwok, ns, 4)
+        cp.restart_etcd(down=2.0)
+        wait_whole(tier, ns, order)
+        assert_whole(cp, ns, order)
+    finally:
+        tier.node.wait_ready(60)
         cleanup(cp, ns)

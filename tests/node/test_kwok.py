@@ -5,11 +5,10 @@ slot names (issue 12, item 5, in small; the scale is `gpu-binder bench start`)."
 from __future__ import annotations
 
 from launcher import render_launcher_pod
-from nodecluster import NodeTier, create, get, wait_for
+from nodecluster import KwokNodes, NodeTier, create, get, wait_for
 from play import bound_set, namespace, start_vmi, vm, wait_bound
 from realcluster import uid
 
-from conftest import KwokNodes
 from gpu_binder.sim import builders
 
 
