@@ -9,18 +9,14 @@ except under CI=true, where they fail instead.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import yaml
+from realcluster import Binders, BinderSetup, StartBinder  # noqa: F401 (tests import it from here)
 
-from gpu_binder.binder.config import Config
 from gpu_binder.envtest import (
     AssetsBuildError,
     AssetsUnavailable,
@@ -30,8 +26,6 @@ from gpu_binder.envtest import (
     free_port,
 )
 from gpu_binder.kube import KubeClient, connect
-from gpu_binder.kube.leaderelection import Timings
-from gpu_binder.kube.manager import Manager, Options, WebhookOptions
 
 _resolved: ControlPlaneAssets | str | None = None  # assets, or the reason there are none
 
@@ -87,14 +81,6 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 # deploy/binder/webhook.yaml points, with a serving certificate of the control plane's CA.
 
 
-@dataclass(frozen=True)
-class BinderSetup:
-    cp: ControlPlane
-    webhook_port: int
-    cert_file: Path
-    key_file: Path
-
-
 @pytest.fixture(scope="session")
 def binder_setup(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
@@ -122,62 +108,6 @@ def binder_setup(
 async def admin(binder_setup: BinderSetup) -> AsyncIterator[KubeClient]:
     async with await connect(str(binder_setup.cp.kubeconfig)) as client:
         yield client
-
-
-StartBinder = Callable[..., Awaitable[Manager]]
-
-
-class Binders:
-    """start_binder(config=Config(...)): a running binder with its webhook; stopped after
-    the test, or before by stop(manager) (an outage: no binder and no webhook)."""
-
-    def __init__(self, setup: BinderSetup) -> None:
-        self.setup = setup
-        self.running: list[tuple[Manager, asyncio.Event, asyncio.Task[None], KubeClient]] = []
-
-    async def __call__(
-        self, config: Config | None = None, client: KubeClient | None = None
-    ) -> Manager:
-        from realcluster import BINDER_SA, uid
-
-        setup = self.setup
-        if client is None:
-            client = await connect(str(setup.cp.kubeconfig), impersonate=BINDER_SA)
-        options = Options(
-            identity=f"test-{uid()}",
-            lease_name=f"gpu-binder-{uid()}",
-            timings=Timings(4.0, 3.0, 0.5),
-            webhook=WebhookOptions(
-                setup.cert_file,
-                setup.key_file,
-                host="127.0.0.1",
-                port=setup.webhook_port,
-            ),
-            metrics_port=None,
-        )
-        manager = Manager(client, config or Config(resync=timedelta(seconds=1)), options)
-        stop = asyncio.Event()
-        task = asyncio.create_task(manager.run(stop))
-        self.running.append((manager, stop, task, client))
-        async with asyncio.timeout(20):
-            while not (manager.ready and manager.controller.passes):
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.02)
-        return manager
-
-    async def stop(self, manager: Manager | None = None) -> None:
-        """Stop one binder (its webhook too), or every one."""
-        keep = []
-        for entry in self.running:
-            running, stop, task, client = entry
-            if manager is not None and running is not manager:
-                keep.append(entry)
-                continue
-            stop.set()
-            await task
-            await client.close()
-        self.running = keep
 
 
 @pytest.fixture

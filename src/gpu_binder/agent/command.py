@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import yaml
 
 from gpu_binder.agent.deviceplugin import DevicePluginManager
+from gpu_binder.agent.deviceplugin.plugin import VFIO_DIR
 from gpu_binder.agent.deviceplugin.rpc import PLUGIN_DIR
 from gpu_binder.agent.discovery import scan
 from gpu_binder.agent.pci import SysfsError
@@ -79,6 +80,13 @@ def parser() -> argparse.ArgumentParser:
         help="the kubelet's device-plugin directory, holding kubelet.sock",
     )
     add(
+        "--host-vfio-dir",
+        type=Path,
+        default=VFIO_DIR,
+        help="where the kubelet's host has the VFIO device nodes that Allocate hands to "
+        "containers (host paths, not under --root; default /dev/vfio)",
+    )
+    add(
         "--no-device-plugin", action="store_true", help="do not serve slot resources to the kubelet"
     )
     add("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
@@ -123,7 +131,11 @@ async def run(args: argparse.Namespace, client: Client) -> int:
         resync=args.resync.total_seconds(),
         vendors=tuple(args.vendor),
     )
-    plugins = None if args.no_device_plugin else DevicePluginManager(args.device_plugin_dir)
+    plugins = (
+        None
+        if args.no_device_plugin
+        else DevicePluginManager(args.device_plugin_dir, host_vfio_dir=args.host_vfio_dir)
+    )
     agent = NodeAgent(config, client, plugins=plugins)
     if args.once:
         try:

@@ -55,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     bw.add_argument("--devices", type=int, default=1_000)
     bw.add_argument("--samples", type=int, default=100, help="VMIs per measured path")
     bw.add_argument("--json", action="store_true")
+    bs = bench_sub.add_parser(
+        "start",
+        help="a burst of VM starts on KWOK nodes with the real scheduler, and the same "
+        "burst of plain pods without gpu-binder",
+    )
+    bs.add_argument("--nodes", type=int, default=500)
+    bs.add_argument("--gpus-per-node", type=int, default=8)
+    bs.add_argument("--vms", type=int, default=1_000)
+    bs.add_argument("--gpus-per-vm", type=int, default=2)
+    bs.add_argument("--json", action="store_true")
     for name in DELEGATED:
         sub.add_parser(name, help=f"see gpu-binder {name} --help", add_help=False)
     return p
@@ -80,6 +90,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         figures = bench_webhook(args.devices, args.samples)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        return 0
+    if args.command == "bench" and args.bench == "start":
+        from gpu_binder.bench.start import main as bench_start
+        from gpu_binder.bench.start import table
+
+        figures = bench_start(args.nodes, args.gpus_per_node, args.vms, args.gpus_per_vm)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        print(table(figures), file=sys.stderr)
         return 0
     return 2
 
