@@ -210,7 +210,7 @@ class AgentProcess:
                 f"--node={self.node.name}",
                 f"--device-plugin-dir={self.node.device_plugin_dir}",
                 f"--kubeconfig={self.kubeconfig}",
-                "--interval=1",
+                "--interval=1s",
             ]
         )
         return self
