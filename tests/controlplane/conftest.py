@@ -9,14 +9,13 @@ except under CI=true, where they fail instead.
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-import yaml
 from realcluster import Binders, BinderSetup, StartBinder  # noqa: F401 (tests import it from here)
 
+from gpu_binder.devcluster.fleet import webhook_configuration
 from gpu_binder.envtest import (
     AssetsBuildError,
     AssetsUnavailable,
@@ -93,14 +92,7 @@ def binder_setup(
     port = free_port()
     certs = tmp_path_factory.mktemp("webhook-certs")
     cert_file, key_file = cp.certs.ca.issue_serving("gpu-binder-webhook").write(certs, "tls")
-    config = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
-    for hook in config["webhooks"]:
-        path = hook["clientConfig"]["service"]["path"]
-        hook["clientConfig"] = {
-            "url": f"https://127.0.0.1:{port}{path}",
-            "caBundle": base64.b64encode(cp.ca_pem).decode(),
-        }
-    put(cp, config)
+    put(cp, webhook_configuration(f"https://127.0.0.1:{port}", cp.ca_pem))
     return BinderSetup(cp, port, cert_file, key_file)
 
 
