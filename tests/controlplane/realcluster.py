@@ -39,6 +39,12 @@ PATHS = {
     "MutatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     ),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    ),
 }
 
 X = TypeVar("X")
