@@ -104,6 +104,8 @@ def binder_setup(
     cp = control_plane
     cp.install_crds([DEPLOY / "crds", DEPLOY / "kubevirt" / "crds.yaml"])
     install(cp, DEPLOY / "binder" / "rbac.yaml")
+    # Every binder of the session writes under the policy narrowing its writes.
+    install(cp, DEPLOY / "binder" / "own-writes-policy.yaml")
     port = free_port()
     certs = tmp_path_factory.mktemp("webhook-certs")
     cert_file, key_file = cp.certs.ca.issue_serving("gpu-binder-webhook").write(certs, "tls")
