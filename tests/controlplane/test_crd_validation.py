@@ -109,9 +109,10 @@ def base(kind: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "GPUClass": {
             "resourceName": "example.com/GPU_bounds",
-            "match": {"vendorID": "0x10de", "deviceIDs": ["0x2330"]},
+            # A device ID no test's GPUs have: the session's binders never see it match.
+            "match": {"vendorID": "0x10de", "deviceIDs": ["0xfffe"]},
         },
-        "GPUDevice": {"nodeName": "node-a", "pciAddress": "0000:3b:00.0", "deviceID": "0x2330"},
+        "GPUDevice": {"nodeName": "node-a", "pciAddress": "0000:3b:00.0", "deviceID": "0xfffe"},
         "GPUBindRequest": {
             "vm": {"name": "vm", "uid": "u1"},
             "vmi": {"name": "vm"},

@@ -298,7 +298,12 @@ def gpu_class(cp: ControlPlane, pinning: str) -> tuple[str, str]:
         "apiVersion": "gpu.cozystack.io/v1alpha1",
         "kind": "GPUClass",
         "metadata": {"name": name},
-        "spec": {"resourceName": resource, "pinning": pinning},
+        # It matches no GPU: other tests' devices must not match two classes.
+        "spec": {
+            "resourceName": resource,
+            "pinning": pinning,
+            "match": {"vendorID": "0x10de", "deviceIDs": ["0xfffe"]},
+        },
     }
     answer = cp.request("POST", "/apis/gpu.cozystack.io/v1alpha1/gpuclasses", body)
     assert answer.status == 201, answer.body
