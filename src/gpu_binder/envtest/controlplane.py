@@ -36,8 +36,9 @@ from .files import write_kubeconfig
 from .process import ControlPlaneError, Process
 from .rest import ApiResponse
 from .users import User, issue_user
+from .webhookclient import WebhookClient, write_webhook_client
 
-__all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User"]
+__all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User", "WebhookClient"]
 
 
 class ControlPlane:
@@ -82,6 +83,7 @@ class ControlPlane:
         self._ca_file: Path | None = None
         self._kubeconfig: Path | None = None
         self._admin: User | None = None
+        self._webhook_client: WebhookClient | None = None
         self.startup_seconds: float | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -192,6 +194,13 @@ class ControlPlane:
         return self._admin
 
     @property
+    def webhook_client(self) -> WebhookClient:
+        """The client certificate the API server presents to every webhook, and its CA."""
+        self._require()
+        assert self._webhook_client is not None
+        return self._webhook_client
+
+    @property
     def work_dir(self) -> Path:
         return self._require()
 
@@ -230,6 +239,7 @@ class ControlPlane:
         self._admin = User(
             ADMIN_USER, ("system:masters",), admin_cert, admin_key, self._work / "kubeconfig"
         )
+        self._webhook_client = write_webhook_client(cert_dir)
 
     def _start_etcd(self, assets: ControlPlaneAssets) -> None:
         assert self._work is not None
@@ -239,12 +249,18 @@ class ControlPlane:
 
     def _start_apiserver(self, assets: ControlPlaneAssets) -> None:
         assert self._work is not None and self._etcd_url is not None and self._ssl is not None
+        assert self._webhook_client is not None
+        # Webhooks are called with the control plane's webhook client certificate.
+        flags = {
+            "admission-control-config-file": str(self._webhook_client.admission_config),
+            **self._apiserver_flags,
+        }
         self._apiserver, self._url = start_apiserver(
             assets.kube_apiserver,
             self._work,
             self._etcd_url,
             self._ssl,
-            self._apiserver_flags,
+            flags,
             self.start_timeout,
         )
 

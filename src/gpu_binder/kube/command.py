@@ -24,6 +24,7 @@ from gpu_binder.kube import ConfigError, connect
 from gpu_binder.kube.leaderelection import Timings
 from gpu_binder.kube.logs import setup as setup_logs
 from gpu_binder.kube.manager import Manager, Options, WebhookOptions, default_identity
+from gpu_binder.kube.serving import Limits
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,30 @@ def parser() -> argparse.ArgumentParser:
     add("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt", type=Path)
     add("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", type=Path)
     add("--cert-reload-interval", default=timedelta(seconds=10), type=_duration)
+    add(
+        "--webhook-client-ca-file",
+        default=None,
+        type=Path,
+        help="require a client certificate signed by this CA (the API server's, named in "
+        "its AdmissionConfiguration kubeconfig); unset: any client is served",
+    )
+    add(
+        "--webhook-client-names",
+        default="",
+        type=_namespaces,
+        help="accept only client certificates with one of these common or DNS names, "
+        "comma-separated (empty: any the CA signed)",
+    )
+    limits = Limits()
+    add("--webhook-max-connections", default=limits.max_connections, type=int)
+    add(
+        "--webhook-idle-timeout",
+        default=timedelta(seconds=limits.idle_timeout),
+        type=_duration,
+        help="close a connection whose request's headers have not arrived this long after "
+        "it opened or after its last answer",
+    )
+    add("--webhook-body-timeout", default=timedelta(seconds=limits.body_timeout), type=_duration)
     add("--metrics-host", default="0.0.0.0")
     add("--metrics-port", default=8080, type=int, help="0: no metrics and probe server")
     add("--log-level", default="info", help="debug, info, warning or error")
@@ -141,6 +166,13 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
             host=args.webhook_host,
             port=args.webhook_port,
             reload_interval=args.cert_reload_interval.total_seconds(),
+            client_ca_file=args.webhook_client_ca_file,
+            client_names=tuple(args.webhook_client_names),
+            limits=Limits(
+                max_connections=args.webhook_max_connections,
+                idle_timeout=args.webhook_idle_timeout.total_seconds(),
+                body_timeout=args.webhook_body_timeout.total_seconds(),
+            ),
         )
         if args.webhook
         else None

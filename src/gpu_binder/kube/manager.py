@@ -31,6 +31,7 @@ from gpu_binder.kube.leaderelection import LeaderElector, Timings
 from gpu_binder.kube.metrics import RunMetrics
 from gpu_binder.kube.metricsserver import MetricsServer
 from gpu_binder.kube.queue import WorkQueue
+from gpu_binder.kube.serving import Limits
 from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.webhook import Admitter
 from gpu_binder.webhook.pods import PodPinner
@@ -49,6 +50,10 @@ class WebhookOptions:
     host: str = "0.0.0.0"
     port: int = 9443
     reload_interval: float = 10.0
+    # The CA of the API server's client certificate; None serves any client (no mTLS).
+    client_ca_file: Path | None = None
+    client_names: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(frozen=True)
@@ -160,13 +165,15 @@ class Manager:
         if webhook is not None:
             self.webhook = WebhookServer(
                 self.admitter,
-                CertificateFiles(webhook.cert_file, webhook.key_file),
+                CertificateFiles(webhook.cert_file, webhook.key_file, webhook.client_ca_file),
                 self.run_metrics,
                 pods=self.pods,
                 host=webhook.host,
                 port=webhook.port,
                 reload_interval=webhook.reload_interval,
                 ready=lambda: self.ready,
+                limits=webhook.limits,
+                client_names=webhook.client_names,
             )
             await self.webhook.start()
         if self.options.metrics_port is not None:
