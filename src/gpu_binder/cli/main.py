@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     bw.add_argument("--devices", type=int, default=1_000)
     bw.add_argument("--samples", type=int, default=100, help="VMIs per measured path")
     bw.add_argument("--json", action="store_true")
+    bf = bench_sub.add_parser(
+        "flood", help="other reviews' latency while one client floods the webhook server"
+    )
+    bf.add_argument("--samples", type=int, default=300, help="victim reviews per scenario")
+    bf.add_argument("--json", action="store_true")
     for name in DELEGATED:
         sub.add_parser(name, help=f"see gpu-binder {name} --help", add_help=False)
     return p
@@ -72,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_binder.bench.webhook import main as bench_webhook
 
         figures = bench_webhook(args.devices, args.samples)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        return 0
+    if args.command == "bench" and args.bench == "flood":
+        from gpu_binder.bench.flood import main as bench_flood
+
+        figures = bench_flood(args.samples)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     return 2
