@@ -211,6 +211,10 @@ USES: dict[tuple[str, str, str], str] = {
     "(binder.steps.settings.settings: permittedHostDevices)",
     ("", "nodes/status", "patch"): "gpu_binder.binder.reconciler:Reconciler._node_condition",
     ("events.k8s.io", "events", "create"): "gpu_binder.binder.events:ClientRecorder.record",
+    ("authentication.k8s.io", "tokenreviews", "create"): "gpu_binder.kube.metricsauth:"
+    "TokenAuthorizer._review (who scrapes /metrics)",
+    ("authorization.k8s.io", "subjectaccessreviews", "create"): "gpu_binder.kube.metricsauth:"
+    "TokenAuthorizer._review (may it get /metrics)",
     ("coordination.k8s.io", "leases", "get"): "gpu_binder.kube.leaderelection:LeaderElector",
     ("coordination.k8s.io", "leases", "create"): "gpu_binder.kube.leaderelection:LeaderElector",
     ("coordination.k8s.io", "leases", "update"): "gpu_binder.kube.leaderelection:LeaderElector",
@@ -224,7 +228,8 @@ def granted() -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
         for role in roles
-        if role["metadata"]["name"] != "gpu-binder-tenant"
+        # Roles for others to hold: tenants, and whoever scrapes /metrics.
+        if role["metadata"]["name"] not in ("gpu-binder-tenant", "gpu-binder-metrics-reader")
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]

@@ -124,6 +124,19 @@ def parser() -> argparse.ArgumentParser:
     add("--webhook-body-timeout", default=timedelta(seconds=limits.body_timeout), type=_duration)
     add("--metrics-host", default="0.0.0.0")
     add("--metrics-port", default=8080, type=int, help="0: no metrics and probe server")
+    add(
+        "--metrics-auth",
+        default=False,
+        type=_bool,
+        help="serve /metrics only to a bearer token allowed get on /metrics (TokenReview "
+        "and SubjectAccessReview); it tells what each tenant holds",
+    )
+    add(
+        "--metrics-tls",
+        default=False,
+        type=_bool,
+        help="serve metrics and probes over HTTPS with the webhook's serving certificate",
+    )
     add("--log-level", default="info", help="debug, info, warning or error")
     add("--log-format", default="json", choices=("json", "text"))
     return p
@@ -190,6 +203,8 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
         webhook=webhook,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port or None,
+        metrics_auth=args.metrics_auth,
+        metrics_tls=args.metrics_tls,
     )
     return config, options
 

@@ -110,6 +110,7 @@ class WebhookServer:
         ready: Callable[[], bool] = lambda: True,
         limits: Limits | None = None,
         client_names: tuple[str, ...] = (),
+        also_reload: tuple[CertificateFiles, ...] = (),
     ) -> None:
         self.admitter = admitter
         # None: no pod webhook is served (its path answers 404).
@@ -127,6 +128,8 @@ class WebhookServer:
         # Empty: any certificate the client CA signed.
         self.client_names = client_names
         self.parser = Parser()
+        # Other contexts of the same files (the metrics server's), reloaded with it.
+        self.also_reload = also_reload
         self.connections = Connections(
             self.limits.max_connections, metrics.refused.labels("connections").inc
         )
@@ -216,13 +219,14 @@ class WebhookServer:
     async def _reload_loop(self) -> None:
         while True:
             await asyncio.sleep(self.reload_interval)
-            try:
-                if self.certs.reload():
-                    self.metrics.cert_reloads.inc()
-                    log.info("reloaded the serving certificate")
-            except (OSError, ssl.SSLError) as e:
-                # Mid-rotation the pair may not match yet: keep serving the old one.
-                log.warning("serving certificate not reloaded: %s", e)
+            for certs in (self.certs, *self.also_reload):
+                try:
+                    if certs.reload():
+                        self.metrics.cert_reloads.inc()
+                        log.info("reloaded the serving certificate")
+                except (OSError, ssl.SSLError) as e:
+                    # Mid-rotation the pair may not match yet: keep serving the old one.
+                    log.warning("serving certificate not reloaded: %s", e)
 
 
 async def _ok(request: web.Request) -> web.Response:
