@@ -251,3 +251,34 @@ async def test_a_small_review_is_answered_while_a_big_one_is_being_parsed(
         assert status(await big) == 200
     finally:
         await served.server.stop()
+
+
+# --- the node agent's reads ------------------------------------------------------------
+
+
+async def test_authorize_denies_what_the_api_server_sends_it_saying_why(served: Served) -> None:
+    # Only the agent's reads beyond its node are sent (the API server's matchConditions);
+    # "denied" ends the authorizer chain, so RBAC's cluster-wide list never applies.
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": "system:serviceaccount:gpu-binder:gpu-binder-agent",
+            "extra": {"authentication.kubernetes.io/node-name": ["node-a"]},
+            "resourceAttributes": {"verb": "list", "resource": "gpudevices"},
+        },
+    }
+    answer = await post(served, served.api_server(), orjson.dumps(review), "/authorize")
+    assert status(answer) == 200
+    body = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert body["status"]["allowed"] is False and body["status"]["denied"] is True
+    assert (
+        "the node agent of node-a may read only that node's GPUDevices" in body["status"]["reason"]
+    )
+
+
+async def test_authorize_answers_only_the_api_server(served: Served) -> None:
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        answer = await post(served, served.context(), b"{}", "/authorize")
+        assert answer == b"", answer
+        raise ConnectionError("closed")

@@ -36,7 +36,7 @@ from .files import write_kubeconfig
 from .process import ControlPlaneError, Process
 from .rest import ApiResponse
 from .users import User, issue_user
-from .webhookclient import WebhookClient, write_webhook_client
+from .webhookclient import WebhookClient, write_authorization_config, write_webhook_client
 
 __all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User", "WebhookClient"]
 
@@ -62,6 +62,7 @@ class ControlPlane:
         start_timeout: float = 90.0,
         build: bool = True,
         progress: Progress | None = None,
+        authorization: tuple[Mapping[str, Any], str] | None = None,
     ) -> None:
         self._assets = assets
         self._apiserver_flags = dict(apiserver_flags or {})
@@ -73,6 +74,9 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self._build = build
         self._progress = progress
+        # (an AuthorizationConfiguration, the URL of its webhook authorizers): replaces
+        # --authorization-mode=RBAC.
+        self._authorization = authorization
         self._work: Path | None = None
         self._etcd: Process | None = None
         self._apiserver: Process | None = None
@@ -251,10 +255,17 @@ class ControlPlane:
         assert self._work is not None and self._etcd_url is not None and self._ssl is not None
         assert self._webhook_client is not None
         # Webhooks are called with the control plane's webhook client certificate.
-        flags = {
+        flags: dict[str, str | None] = {
             "admission-control-config-file": str(self._webhook_client.admission_config),
-            **self._apiserver_flags,
         }
+        if self._authorization is not None:
+            template, url = self._authorization
+            certs = self._work / "certs"
+            config = write_authorization_config(
+                certs, dict(template), url, self._webhook_client, certs / "ca.crt"
+            )
+            flags.update({"authorization-config": str(config), "authorization-mode": None})
+        flags.update(self._apiserver_flags)
         self._apiserver, self._url = start_apiserver(
             assets.kube_apiserver,
             self._work,

@@ -9,12 +9,17 @@ authentication.go: a user named `<service>.<namespace>.svc:<port>`, `*.<domain>`
 for every webhook). The control plane gets one: a CA of its own (not the cluster's client
 CA, which signs every user) signs a certificate for `kube-apiserver-webhook-client`, and
 every webhook is called with it.
+
+An AuthorizationConfiguration (`--authorization-config`) may add webhook authorizers the
+same certificate identifies the API server to (deploy/apiserver/authorization-config.yaml).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -83,3 +88,40 @@ def write_webhook_client(directory: Path) -> WebhookClient:
         )
     )
     return WebhookClient(ca, ca_file, kubeconfig, admission, cert_file, key_file)
+
+
+def write_authorization_config(
+    directory: Path, template: dict[str, Any], url: str, client: WebhookClient, ca_file: Path
+) -> Path:
+    """An AuthorizationConfiguration from template (deploy/apiserver/'s), each webhook
+    authorizer's kubeconfig pointing at url with the webhook client certificate."""
+    kubeconfig = directory / "authorization.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "w", "cluster": {"server": url, "certificate-authority": str(ca_file)}}
+                ],
+                "users": [
+                    {
+                        "name": "w",
+                        "user": {
+                            "client-certificate": str(client.cert_file),
+                            "client-key": str(client.key_file),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "w", "context": {"cluster": "w", "user": "w"}}],
+                "current-context": "w",
+            }
+        )
+    )
+    config = copy.deepcopy(template)
+    for authorizer in config["authorizers"]:
+        if authorizer["type"] == "Webhook":
+            authorizer["webhook"]["connectionInfo"]["kubeConfigFile"] = str(kubeconfig)
+    path = directory / "authorization-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path

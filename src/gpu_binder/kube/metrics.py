@@ -34,7 +34,7 @@ class RunMetrics:
             "gpu_binder_webhook_refused",
             "Connections and requests the webhook server refused, by reason (connections: "
             "past the cap; client: a certificate not the API server's; body_timeout, "
-            "body_size)",
+            "body_size; agent_read: a node agent's read of other nodes' GPUDevices)",
             ["reason"],
             registry=registry,
         )

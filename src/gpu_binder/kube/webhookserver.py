@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 
 MUTATE_PATH = "/mutate"
 MUTATE_PODS_PATH = "/mutate-pods"
+# The API server's authorization webhook for the node agent's reads beyond its node
+# (deploy/apiserver/authorization-config.yaml): its matchConditions send only those.
+AUTHORIZE_PATH = "/authorize"
+NODE_EXTRA = "authentication.kubernetes.io/node-name"
 NOT_READY = (
     "gpu-binder is unavailable: this replica has not read the cluster yet (it is "
     "starting); KubeVirt will retry"
@@ -142,6 +146,7 @@ class WebhookServer:
         app.router.add_post(MUTATE_PATH, self.mutate)
         if self.pods is not None:
             app.router.add_post(MUTATE_PODS_PATH, self.mutate_pods)
+        app.router.add_post(AUTHORIZE_PATH, self.authorize)
         app.router.add_get("/healthz", _ok)
         app.router.add_get("/readyz", self.readyz)
         return app
@@ -210,6 +215,38 @@ class WebhookServer:
         allowed = str(bool(response.get("response", {}).get("allowed"))).lower()
         self.metrics.admissions.labels(webhook, allowed).observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(response), content_type="application/json")
+
+    async def authorize(self, request: web.Request) -> web.Response:
+        """Deny every SubjectAccessReview: the API server's matchConditions send only the
+        node agent's reads of other nodes' GPUDevices. `denied` (not just "not allowed")
+        ends the API server's authorizer chain, so RBAC's cluster-wide list never
+        applies to them; the reason tells the agent why."""
+        if not client_allowed(request, self.client_names):
+            self.metrics.refused.labels("client").inc()
+            return web.Response(status=403, text="this client certificate is not the API server's")
+        try:
+            review = await self.parser.loads(await read_body(request, self.limits))
+        except (orjson.JSONDecodeError, BodyTimeout):
+            return web.Response(status=400, text="not a SubjectAccessReview")
+        spec = review.get("spec") if isinstance(review, dict) else None
+        spec = spec if isinstance(spec, dict) else {}
+        nodes = (spec.get("extra") or {}).get(NODE_EXTRA) or [""]
+        node = str(nodes[0]) if isinstance(nodes, list) and nodes else ""
+        reason = (
+            f"the node agent of {node} may read only that node's GPUDevices "
+            f"(label gpu.cozystack.io/node={node}, names {node}-<pci address>)"
+            if node
+            else "the node agent's token names no node: it may read no GPUDevice"
+        )
+        self.metrics.refused.labels("agent_read").inc()
+        answer = {
+            "apiVersion": review.get("apiVersion", "authorization.k8s.io/v1")
+            if isinstance(review, dict)
+            else "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "status": {"allowed": False, "denied": True, "reason": reason},
+        }
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def readyz(self, request: web.Request) -> web.Response:
         if self.ready():
