@@ -40,7 +40,7 @@ MIB = 1024 * 1024
 # Parsed at once below this size; above it, only when the body has few values.
 INLINE_BYTES = 256 * 1024
 INLINE_VALUES = 20_000
-SLICE_BYTES = 16 * 1024
+SLICE_BYTES = 4 * 1024
 
 
 @dataclass(frozen=True)
