@@ -44,6 +44,8 @@ class DeviceIndex:
         self.lost: set[str] = set()
         self.cleaning: set[str] = set()
         self.attached: set[str] = set()
+        # Bound with no attachment: reserved for their order (a Reserved record each).
+        self.reserved: set[str] = set()
         self.unhealthy: set[str] = set()
         self.unclassified: set[str] = set()
         # Devices matching more than one class, shown on those classes' conditions.
@@ -137,6 +139,8 @@ class DeviceIndex:
             self.cleaning.add(name)
         if s.attachment is not None:
             self.attached.add(name)
+        elif s.binding is not None:
+            self.reserved.add(name)
         if d.spec.health != "Healthy":
             self.unhealthy.add(name)
         if s.phase is None:
@@ -174,6 +178,7 @@ class DeviceIndex:
             self.lost,
             self.cleaning,
             self.attached,
+            self.reserved,
             self.unhealthy,
             self.unclassified,
             self.ambiguous,

@@ -21,7 +21,9 @@ from gpu_binder.api.types import (
     GPUClass,
     GPUDevice,
     GPUUsageRecord,
+    RecordKind,
     RequestPhase,
+    is_copy,
     watched_record,
 )
 from gpu_binder.binder.deviceindex import DeviceIndex, discard_from
@@ -73,9 +75,16 @@ class World(Orders):
         self.cordoned: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
+        # Open records of the ledger (binder.ledger) by "namespace/name", and by name.
         self.records: dict[str, GPUUsageRecord] = {}
+        self.record_keys: dict[str, str] = {}
         self.open_records: set[str] = set()
-        self.open_by_device: dict[str, set[str]] = defaultdict(set)
+        # Open records by device, per kind.
+        self.open_attached: dict[str, set[str]] = defaultdict(set)
+        self.open_reserved: dict[str, set[str]] = defaultdict(set)
+        # Tenants' open copies of records, by name; those whose record is not open.
+        self.copies: dict[str, GPUUsageRecord] = {}
+        self.orphan_copies: set[str] = set()
         # Open records by VMI uid: its usage finalizer goes once it has none.
         self.open_by_vmi: dict[str, set[str]] = defaultdict(set)
         # VMIs holding the usage finalizer whose GPU use is over (see usage_over): the
@@ -139,16 +148,10 @@ class World(Orders):
             # Only open records are cached (SELECTORS): a closed one, by an event or by the
             # response of the write that closed it, leaves the cache.
             deleted = deleted or not watched_record(obj)
-            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
-            _put(self.records, key, obj, deleted)
-            if not deleted:
-                self.open_records.add(key)
-                self.open_by_device[obj.spec.device].add(key)
-                self.open_by_vmi[obj.spec.vmi.uid].add(key)
+            if is_copy(obj):
+                self._apply_copy(obj, deleted)
             else:
-                self.open_records.discard(key)
-                discard_from(self.open_by_device, obj.spec.device, key)
-                discard_from(self.open_by_vmi, obj.spec.vmi.uid, key)
+                self._apply_record(obj, deleted)
         elif isinstance(obj, KubeVirt):
             key = f"{obj.metadata.namespace}/{obj.metadata.name}"
             old = self.kubevirt.get(key)
@@ -159,6 +162,45 @@ class World(Orders):
                 self.devices.capacity_gen += 1
         elif isinstance(obj, Event):
             return
+
+    def _apply_record(self, rec: GPUUsageRecord, deleted: bool) -> None:
+        key = f"{rec.metadata.namespace}/{rec.metadata.name}"
+        name = rec.metadata.name
+        _put(self.records, key, rec, deleted)
+        by_device = (
+            self.open_attached if rec.spec.kind == RecordKind.ATTACHED else self.open_reserved
+        )
+        vmi_uid = rec.spec.vmi.uid if rec.spec.vmi is not None else ""
+        if not deleted:
+            self.open_records.add(key)
+            self.record_keys[name] = key
+            self.orphan_copies.discard(name)
+            by_device[rec.spec.device].add(key)
+            if vmi_uid:
+                self.open_by_vmi[vmi_uid].add(key)
+        else:
+            self.open_records.discard(key)
+            if self.record_keys.get(name) == key:
+                del self.record_keys[name]
+                if name in self.copies:
+                    self.orphan_copies.add(name)
+            discard_from(by_device, rec.spec.device, key)
+            if vmi_uid:
+                discard_from(self.open_by_vmi, vmi_uid, key)
+
+    def _apply_copy(self, copy: GPUUsageRecord, deleted: bool) -> None:
+        """A tenant's open copy of a record (binder.ledger); one whose record is not open
+        any more is an orphan, which the records step closes from the ledger. A record
+        from before the ledger that has become a copy leaves the records."""
+        name = copy.metadata.name
+        legacy = f"{copy.metadata.namespace}/{name}"
+        if legacy in self.records:
+            self._apply_record(self.records[legacy], deleted=True)
+        _put(self.copies, name, copy, deleted)
+        if not deleted and name not in self.record_keys:
+            self.orphan_copies.add(name)
+        else:
+            self.orphan_copies.discard(name)
 
     def put_device(self, d: GPUDevice) -> None:
         """Write-through: the response of the binder's own write, or a staged decision."""
