@@ -63,6 +63,9 @@ class DeviceIndex:
         self.held: dict[tuple[str, str, str], int] = {}
         # Bumped whenever a device becomes free, so a failed order is retried only then.
         self.capacity_gen = 0
+        # Per namespace, bumped whenever a device leaves one of its orders' sets: an order
+        # its quota held back is retried only then (binder.quota).
+        self.released_in: dict[str, int] = {}
         # Change counters per order key and per node: a step that found nothing to do for a
         # key skips it until something about the key changed.
         self.gen = 0
@@ -94,6 +97,7 @@ class DeviceIndex:
         self.touched_devices.add(d.metadata.name)
         old = self.by_name.get(d.metadata.name)
         if old is not None:
+            self._released(old, d)
             self._unindex(old)
         self.by_name[d.metadata.name] = d
         self._index(d)
@@ -103,8 +107,16 @@ class DeviceIndex:
         self.touched_devices.add(name)
         old = self.by_name.pop(name, None)
         if old is not None:
+            self._released(old, None)
             self._unindex(old)
             self._recount(old, None)
+
+    def _released(self, old: GPUDevice, new: GPUDevice | None) -> None:
+        was = old.status.binding
+        now = new.status.binding if new is not None else None
+        if was is not None and (now is None or now.vm.key != was.vm.key):
+            ns = was.vm.namespace
+            self.released_in[ns] = self.released_in.get(ns, 0) + 1
 
     def touch_key(self, key: str) -> None:
         self.gen += 1

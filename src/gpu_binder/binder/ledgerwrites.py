@@ -1,5 +1,5 @@
-"""The reconciler's writes of tenants' copies of usage records (binder.ledger): the I/O
-behind the verbs "copy" and "sync-copy".
+"""The reconciler's writes of the ledger (binder.ledger) that need more than one request:
+the I/O behind the verbs "open" (a Reserved record and its copy), "copy" and "sync-copy".
 
 A copy is the tenant's view, never the ledger: a namespace that is gone, or going (the
 API server refuses creates in a terminating namespace), takes none, and that is no error
@@ -75,3 +75,36 @@ def _without_rv(copy: GPUUsageRecord) -> GPUUsageRecord:
     return copy.model_copy(
         update={"metadata": copy.metadata.model_copy(update={"resource_version": ""})}
     )
+
+
+# Names tried for one interval at most: each is a closed interval of no length that began
+# at the same instant, which only a clock that stands still (a simulation) makes many of.
+SEQUENCE_MAX = 64
+
+
+async def open_record(
+    client: Client, rec: GPUUsageRecord
+) -> tuple[GPUUsageRecord, GPUUsageRecord | None]:
+    """Create a Reserved record and its copy; (the record, the copy or None).
+
+    Its name is derived from its owner, device and start (api.types.reserved_record_name).
+    Found closed with no length, that name was an earlier interval's that began at the
+    same instant (a VMI that ran for no time): the next name of its sequence is taken.
+    Found closed with a length, it is this interval, closed already: it is not opened
+    again, as an Attached record is not."""
+    base = rec.metadata.name
+    book = rec.metadata.namespace
+    for n in range(1, SEQUENCE_MAX + 1):
+        name = base if n == 1 else f"{base}-{n}"
+        meta = rec.metadata.model_copy(update={"name": name})
+        try:
+            created = await client.create(rec.model_copy(update={"metadata": meta}))
+        except AlreadyExists:
+            found = await client.get(GPUUsageRecord, name, book)
+            end = found.spec.end
+            if end is None or end > found.spec.start or found.spec.start != rec.spec.start:
+                return found, None
+            continue
+        copy = ledger.copy_of(created, book, None)
+        return created, (await write_copy(client, copy) if copy is not None else None)
+    raise ApiError(f"usage record {base}: {SEQUENCE_MAX} intervals began at {rec.spec.start}")

@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpu_binder.api.types import Phase
+from gpu_binder.binder import quota
 from gpu_binder.binder.world import World
 
 
@@ -36,6 +37,29 @@ class TenantGPUs(Collector):
         )
         for (namespace, class_name, state), n in sorted(self.held.items()):
             family.add_metric([namespace, class_name or "-", state], n)
+        yield family
+
+
+class QuotaGPUs(Collector):
+    """Per namespace and class a quota limits: the GPUs it holds (bound and attached,
+    as the quota counts them) and its hard limit, read from the world when scraped."""
+
+    def __init__(self) -> None:
+        self.world: World | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "gpu_binder_quota_gpus",
+            "GPUs of a class a namespace holds (kind=used: bound or attached) and its "
+            "ResourceQuota allows (kind=hard), where a quota limits the class's resourceName",
+            labels=["namespace", "class_name", "kind"],
+        )
+        world = self.world
+        if world is not None:
+            for ns in sorted(world.quotas_by_namespace):
+                for class_name, limit in sorted(quota.of_namespace(world, ns).limits.items()):
+                    family.add_metric([ns, class_name, "used"], quota.held(world, ns, class_name))
+                    family.add_metric([ns, class_name, "hard"], limit.hard)
         yield family
 
 
@@ -98,6 +122,8 @@ class Metrics:
         self.build.info({"version": version(), "python": platform.python_version()})
         self.tenants = TenantGPUs()
         r.register(self.tenants)
+        self.quotas = QuotaGPUs()
+        r.register(self.quotas)
 
     def export(
         self,
@@ -128,6 +154,7 @@ class Metrics:
         for class_name, at in oldest.items():
             self.oldest_cleaning.labels(class_name).set(at)
         self.tenants.held = world.devices.held
+        self.quotas.world = world
 
 
 def version() -> str:

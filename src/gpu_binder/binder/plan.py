@@ -17,8 +17,9 @@ from gpu_binder.binder.world import World
 # carrying obj's resourceVersion, for objects the binder does not own (a VMI).
 # "annotations": a JSON merge patch of the one annotation the binder keeps on a VM (the
 # devices it holds, steps/tenantview.py), without a resourceVersion: it only reports.
-# "copy": a tenant's copy of a usage record, created or updated; "sync-copy": an open
-# copy written as its record in the ledger says now (binder.ledgerwrites).
+# "open": a Reserved usage record created with its copy; "copy": a tenant's copy of a
+# usage record, created or updated; "sync-copy": an open copy written as its record in
+# the ledger says now (binder.ledgerwrites).
 Verb = Literal[
     "update",
     "status",
@@ -28,6 +29,7 @@ Verb = Literal[
     "delete",
     "finalizers",
     "annotations",
+    "open",
     "copy",
     "sync-copy",
 ]

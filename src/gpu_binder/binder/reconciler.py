@@ -291,10 +291,15 @@ class Reconciler:
                     # interval is not opened again (see records.usage_records).
                     key = (meta.namespace, meta.name)
                     self.memory.closed_records[(found.spec.device, found.spec.kind)] = key
-                    # Looked at again: a Reserved interval that began at the same instant
-                    # as a closed one takes the next name (steps.reserved).
-                    self.world.devices.touched_devices.add(found.spec.device)
                 return found
+        if w.verb == "open":
+            opened, copy = await ledgerwrites.open_record(c, w.obj)
+            if not watched_record(opened):
+                key = (opened.metadata.namespace, opened.metadata.name)
+                self.memory.closed_records[(opened.spec.device, opened.spec.kind)] = key
+            if copy is not None:
+                self.world.apply(WatchEvent("MODIFIED", copy))
+            return opened
         if w.verb == "copy":
             return await ledgerwrites.write_copy(c, w.obj)
         if w.verb == "sync-copy":

@@ -14,6 +14,7 @@ from typing import Any
 from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
     OPEN_RECORDS,
     USAGE_FINALIZER,
@@ -91,6 +92,13 @@ class World(Orders):
         # binder removes it once their records are closed. Kept per event, so a pass looks
         # at the VMIs that changed into this state, not at every VMI.
         self.usage_held: set[str] = set()
+        # ResourceQuotas by "namespace/name" and by namespace; a namespace's limits on
+        # classes are read again only when its quotas (quota_gen) or the classes change.
+        self.quotas: dict[str, ResourceQuota] = {}
+        self.quotas_by_namespace: dict[str, set[str]] = defaultdict(set)
+        self.quota_gen: dict[str, int] = {}
+        self.quotas_changed = 0
+        self.quota_cache: dict[str, tuple[tuple[int, int], Any]] = {}
         self.kubevirt: dict[str, KubeVirt] = {}
         # Device classes the KubeVirt CR has served twice, per CR object and class generation
         # (binder.hostdevices.served_twice).
@@ -152,6 +160,8 @@ class World(Orders):
                 self._apply_copy(obj, deleted)
             else:
                 self._apply_record(obj, deleted)
+        elif isinstance(obj, ResourceQuota):
+            self._apply_quota(obj, deleted)
         elif isinstance(obj, KubeVirt):
             key = f"{obj.metadata.namespace}/{obj.metadata.name}"
             old = self.kubevirt.get(key)
@@ -162,6 +172,21 @@ class World(Orders):
                 self.devices.capacity_gen += 1
         elif isinstance(obj, Event):
             return
+
+    def _apply_quota(self, q: ResourceQuota, deleted: bool) -> None:
+        old = self.quotas.get(q.key)
+        _put(self.quotas, q.key, q, deleted)
+        ns = q.metadata.namespace
+        if deleted:
+            discard_from(self.quotas_by_namespace, ns, q.key)
+        else:
+            self.quotas_by_namespace[ns].add(q.key)
+        if deleted or old is None or (old.hard, old.scoped) != (q.hard, q.scoped):
+            self.quota_gen[ns] = self.quota_gen.get(ns, 0) + 1
+            self.quotas_changed += 1
+            # An order the quota held back may fit now; tried again like one that found
+            # no room (steps.orders).
+            self.devices.capacity_gen += 1
 
     def _apply_record(self, rec: GPUUsageRecord, deleted: bool) -> None:
         key = f"{rec.metadata.namespace}/{rec.metadata.name}"
@@ -380,7 +405,8 @@ def demands_of(
 
 
 # Every kind the binder's world caches, in the order a fresh binder lists them: classes and
-# nodes before the devices classified by them. KubeVirt's CR only for the settings step.
+# nodes before the devices classified by them. KubeVirt's CR only for the settings step;
+# ResourceQuotas for the GPU quotas (binder.quota).
 WATCHED: tuple[type[Any], ...] = (
     GPUClass,
     Node,
@@ -391,6 +417,7 @@ WATCHED: tuple[type[Any], ...] = (
     GPUUsageRecord,
     KubeVirt,
     ControllerRevision,
+    ResourceQuota,
 )
 
 # The label selector a kind in WATCHED is listed and watched with: only open usage records,

@@ -29,16 +29,15 @@ def reserved_records(ctx: Context) -> None:
         r = reservation(d, ctx.now)
         if r is None:
             continue
-        if _recorded(ctx, name, r):
+        rec = ledger.reserved(d, r, book)
+        if _recorded(ctx, name, r) or ctx.memory.closed_records.get(
+            (name, RecordKind.RESERVED)
+        ) == (book, rec.metadata.name):
             opened[name] = d
             continue
-        rec = ledger.reserved(d, r, book)
-        rname = _free_name(ctx, name, rec.metadata.name)
-        if rname != rec.metadata.name:
-            rec = rec.model_copy(
-                update={"metadata": rec.metadata.model_copy(update={"name": rname})}
-            )
-        ledger.stage(ctx.plan, "create", rec, book, world.copies.get(rname))
+        # "open": the reconciler creates it, and its copy, under the next name of its
+        # sequence when an interval that began at the same instant took the name.
+        ctx.plan.write("open", rec)
     if scope.full:
         names = sorted(world.open_reserved)
     else:
@@ -62,31 +61,14 @@ def reserved_records(ctx: Context) -> None:
                 judged[key] = (rec, dev, copy)
                 continue
             ledger.stage(ctx.plan, "update", ledger.closed(rec, end), book, copy)
-            # Its name is taken for good: an interval that begins at the same instant (a VMI
-            # that ran for no time) takes the next one.
-            ctx.memory.closed_records[(name, RecordKind.RESERVED)] = (book, rec.metadata.name)
 
 
 def _recorded(ctx: Context, device: str, r: Reservation) -> bool:
-    """Whether the device's interval has its open record: one of its owner with its start
-    (whatever its name, see _free_name)."""
+    """Whether the device's interval has its open record: one of its owner with its start,
+    whatever its name (ledgerwrites.open_record)."""
     world = ctx.world
     for key in world.open_reserved.get(device, ()):
         spec = world.records[key].spec
         if spec.start == r.start and (spec.vm_uid or f"{spec.namespace}/{spec.vm}") == r.owner:
             return True
     return False
-
-
-def _free_name(ctx: Context, device: str, name: str) -> str:
-    """The derived name, unless opening it found it closed already: then the next of its
-    sequence. Two intervals may begin at one instant (a VMI that ran for no time), and the
-    closed one keeps its name."""
-    book = ctx.config.ledger_namespace
-    taken = ctx.memory.closed_records.get((device, RecordKind.RESERVED))
-    if taken is None or taken[0] != book or not taken[1].startswith(name):
-        return name
-    head, _, n = taken[1][len(name) :].rpartition("-")
-    if taken[1] == name:
-        return f"{name}-2"
-    return f"{name}-{int(n) + 1}" if not head and n.isdigit() else name
