@@ -129,7 +129,7 @@ async def test_a_vm_at_its_quota_of_a_node_pinned_class_is_refused_by_neither_co
 
     other = await fleet.create_vm(ns, "other", gpus=1)
     status, answer = await tenant.create_vmi(vmi_of(other, ns, "other", fleet.gpus(1)))
-    assert status == 400 and "holds 1 of the 1" in answer["message"], answer
+    assert status == 403 and "holds 1 of the 1" in answer["message"], answer
 
 
 async def _held(fleet: Fleet, ns: str, vm: str, n: int) -> list[object]:
