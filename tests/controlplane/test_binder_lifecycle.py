@@ -162,6 +162,7 @@ async def test_an_open_record_from_before_the_ledger_moves_into_it_and_is_closed
     ns, node, first, vmi = await _a_gpu_vmi(control_plane, admin, start_binder)
     await run_vmi(admin, vmi, node)
     (record,) = await eventually(lambda: _records(admin, ns), what="a usage record opened")
+    await eventually(lambda: _copy(admin, ns, record.metadata.name), what="its copy written")
     await start_binder.stop(first)
     # As a binder from before the ledger (and the state label) left it: in the tenant's
     # namespace alone, unlabelled.
@@ -222,6 +223,13 @@ async def _records(admin: KubeClient, ns: str) -> list[GPUUsageRecord]:
     """The namespace's Attached records, in the ledger."""
     items = (await admin.list(GPUUsageRecord, LEDGER)).items
     return [r for r in items if r.tenant == ns and r.spec.kind == RecordKind.ATTACHED]
+
+
+async def _copy(admin: KubeClient, ns: str, name: str) -> GPUUsageRecord | None:
+    try:
+        return await admin.get(GPUUsageRecord, name, ns)
+    except NotFound:
+        return None
 
 
 async def _vmi_gone(admin: KubeClient, ns: str, name: str) -> bool:

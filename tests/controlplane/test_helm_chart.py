@@ -288,6 +288,7 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
         "GPU_BINDER_LOG_FORMAT": "text",
         "GPU_BINDER_LOST_GRACE": "10m",
         "GPU_BINDER_BIND_TIMEOUT": "5s",
+        "GPU_BINDER_LEDGER_NAMESPACE": "gpu-binder-ledger",
     }
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
 

@@ -397,6 +397,8 @@ RECORD_STATE_LABEL = "gpu.cozystack.io/record-state"
 RECORD_OPEN = "open"
 RECORD_CLOSED = "closed"
 OPEN_RECORDS = f"{RECORD_STATE_LABEL}={RECORD_OPEN}"
+# The closed ones, which the GPU-seconds counters fold (kube.ledgerfold), never cached.
+CLOSED_RECORDS = f"{RECORD_STATE_LABEL}={RECORD_CLOSED}"
 
 
 def watched_record(record: GPUUsageRecord) -> bool:
