@@ -6,7 +6,7 @@ holds a VMI until its records are closed. Reserved intervals are steps.reserved'
 from __future__ import annotations
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
-from gpu_binder.api.types import USAGE_FINALIZER, RecordKind
+from gpu_binder.api.types import USAGE_FINALIZER, RecordKind, usage_record_name
 from gpu_binder.binder import ledger
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.intervals import attached_end, attached_open, in_use
@@ -30,8 +30,7 @@ def usage_records(ctx: Context) -> None:
             continue
         if not in_use(world, d):
             continue
-        rec = ledger.attached(d, book)
-        rname = rec.metadata.name
+        rname = usage_record_name(att.vmi.uid, name)
         # Recorded: open in the cache, or found closed already (only open ones are cached;
         # see Reconciler._write) — an interval is never opened twice.
         if f"{book}/{rname}" in world.records or ctx.memory.closed_records.get(
@@ -39,7 +38,7 @@ def usage_records(ctx: Context) -> None:
         ) == (book, rname):
             opened[name] = (d, vmi)
             continue
-        ledger.stage(ctx.plan, "create", rec, book, world.copies.get(rname))
+        ledger.stage(ctx.plan, "create", ledger.attached(d, book), book, world.copies.get(rname))
     keys: list[str] = []
     if scope.full:
         keys = sorted(

@@ -10,7 +10,7 @@ it twice, after a restart or a failover, is one record. Runs even when disabled.
 
 from __future__ import annotations
 
-from gpu_binder.api.types import RecordKind
+from gpu_binder.api.types import RecordKind, reserved_record_name
 from gpu_binder.binder import ledger
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.intervals import Reservation, reservation, reserved_end
@@ -29,15 +29,15 @@ def reserved_records(ctx: Context) -> None:
         r = reservation(d, ctx.now)
         if r is None:
             continue
-        rec = ledger.reserved(d, r, book)
-        if _recorded(ctx, name, r) or ctx.memory.closed_records.get(
-            (name, RecordKind.RESERVED)
-        ) == (book, rec.metadata.name):
+        taken = ctx.memory.closed_records.get((name, RecordKind.RESERVED))
+        if _recorded(ctx, name, r) or (
+            taken is not None and taken == (book, reserved_record_name(r.owner, name, r.start))
+        ):
             opened[name] = d
             continue
         # "open": the reconciler creates it, and its copy, under the next name of its
         # sequence when an interval that began at the same instant took the name.
-        ctx.plan.write("open", rec)
+        ctx.plan.write("open", ledger.reserved(d, r, book))
     if scope.full:
         names = sorted(world.open_reserved)
     else:
