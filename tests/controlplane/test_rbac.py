@@ -187,6 +187,11 @@ USES: dict[tuple[str, str, str], str] = {
         for verb in ("list", "watch")
     },
     **{
+        ("apps", "controllerrevisions", verb): "gpu_binder.kube.cache:Informer.relist (list), "
+        "Informer._watch_until_resync (watch), of binder.world.WATCHED"
+        for verb in ("list", "watch")
+    },
+    **{
         ("", "nodes", verb): "gpu_binder.kube.cache:Informer.relist (list), "
         "Informer._watch_until_resync (watch), of binder.world.WATCHED"
         for verb in ("list", "watch")
@@ -212,6 +217,8 @@ USES: dict[tuple[str, str, str], str] = {
     ("kubevirt.io", "virtualmachineinstances", "get"): "gpu_binder.webhook.pods:PodPinner.admit",
     ("kubevirt.io", "virtualmachineinstances", "patch"): "gpu_binder.binder.reconciler:"
     "Reconciler._finalizers (the usage finalizer, binder.steps.records.usage_finalizers)",
+    ("kubevirt.io", "virtualmachines", "patch"): "gpu_binder.binder.reconciler:"
+    "Reconciler._write (the devices annotation, binder.steps.tenantview.vm_annotations)",
     ("kubevirt.io", "kubevirts", "patch"): "gpu_binder.kube.client:KubeClient.apply "
     "(binder.steps.settings.settings: permittedHostDevices)",
     ("", "nodes/status", "patch"): "gpu_binder.binder.reconciler:Reconciler._node_condition",
