@@ -192,8 +192,6 @@ USES: dict[tuple[str, str, str], str] = {
         for group, kind in (("", "nodes"), ("", "resourcequotas"), ("apps", "controllerrevisions"))
         for verb in ("list", "watch")
     },
-    ("kubevirt.io", "virtualmachines", "patch"): "gpu_binder.binder.reconciler:"
-    "Reconciler._write (annotations: binder.steps.tenantview, the devices a VM holds)",
     (GROUP, "gpudevices", "get"): "gpu_binder.webhook.pods:PodPinner.admit (a set's devices "
     "fresh), gpu_binder.webhook.bindrequest:answered_devices (the devices an answer names)",
     (GROUP, "gpubindrequests", "get"): "gpu_binder.webhook.bindrequest:wait_for_answer "
@@ -218,6 +216,8 @@ USES: dict[tuple[str, str, str], str] = {
     ("kubevirt.io", "virtualmachineinstances", "get"): "gpu_binder.webhook.pods:PodPinner.admit",
     ("kubevirt.io", "virtualmachineinstances", "patch"): "gpu_binder.binder.reconciler:"
     "Reconciler._finalizers (the usage finalizer, binder.steps.records.usage_finalizers)",
+    ("kubevirt.io", "virtualmachines", "patch"): "gpu_binder.binder.reconciler:"
+    "Reconciler._write (the devices annotation, binder.steps.tenantview.vm_annotations)",
     ("kubevirt.io", "kubevirts", "patch"): "gpu_binder.kube.client:KubeClient.apply "
     "(binder.steps.settings.settings: permittedHostDevices)",
     ("", "nodes/status", "patch"): "gpu_binder.binder.reconciler:Reconciler._node_condition",

@@ -255,7 +255,8 @@ class GPUDeviceStatus(Model):
 
     @computed_field(  # type: ignore[prop-decorator]
         description="The bound VM as namespace/name, for `kubectl get gpudevices`: "
-        "binding.vm said once more, written with every status write"
+        "binding.vm said once more, written with every status write",
+        json_schema_extra={"maxLength": NAMESPACE_MAX + 1 + NAME_MAX},
     )
     @property
     def vm(self) -> str:
