@@ -1,7 +1,9 @@
 """GPU quotas on a real API server with real ResourceQuota objects: the binder, under its
 own ServiceAccount, watches them; a VMI starting past its namespace's quota is denied by
 the webhook (over TLS) with the numbers, two VMIs racing for the last unit get one GPU
-between them, and a malformed entry is reported on the quota and the class."""
+between them, a lowered quota disturbs nothing running (gpu_binder_quota_gpus says used
+above hard) and only stops new binds, a quota on no class's name limits nothing, and a
+malformed entry is reported on the quota and the class."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from realcluster import Fleet, eventually, namespace, put, vmi_of
+from realcluster import Fleet, eventually, namespace, put, run_vmi, vmi_of
 
 from conftest import StartBinder
 from gpu_binder.api.kinds import Event
+from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUClass, GPUDevice
 from gpu_binder.client.errors import ApiError
 from gpu_binder.envtest import ControlPlane
@@ -110,6 +113,60 @@ async def test_a_malformed_quota_entry_is_reported_on_the_quota_and_the_class(
     assert f"{ns}/gpus" in cond["message"]
 
 
+async def test_a_lowered_quota_disturbs_nothing_running_and_stops_new_binds(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=4)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    resource_quota(control_plane, ns, {f"requests.{fleet.resource}": "2"})
+    manager = await start_binder()
+    vm = await fleet.create_vm(ns, "vm", gpus=2)
+    bound = await eventually(lambda: _held(fleet, ns, "vm", 2), what="the VM's set")
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(2)))
+    await run_vmi(admin, vmi, node)
+
+    resource_quota(control_plane, ns, {f"requests.{fleet.resource}": "1"})  # lowered
+    labels = {"namespace": ns, "class_name": fleet.class_name}
+
+    async def quota_gpus() -> tuple[float | None, float | None] | None:
+        get = manager.metrics.registry.get_sample_value
+        seen = (
+            get("gpu_binder_quota_gpus", {**labels, "kind": "used"}),
+            get("gpu_binder_quota_gpus", {**labels, "kind": "hard"}),
+        )
+        return seen if seen == (2, 1) else None
+
+    await eventually(quota_gpus, what="gpu_binder_quota_gpus used 2, hard 1")
+    await fleet.create_vm(ns, "other", gpus=1)
+    said = await eventually(lambda: _events(admin, ns, "other", "GPUQuotaExceeded"), what="Event")
+    assert "holds 2 of the 1" in said[0].note
+    await asyncio.sleep(2.5)  # passes at the 1 s resync: none takes the running VM's GPUs
+    held = await _held(fleet, ns, "vm", 2)
+    assert sorted(d.metadata.name for d in held) == sorted(d.metadata.name for d in bound)
+    assert all(d.status.attachment is not None for d in held)
+    assert (await admin.get(VirtualMachineInstance, "vm", ns)).metadata.deletion_timestamp is None
+    assert await fleet.set_of(ns, "other") == []
+
+
+async def test_a_quota_on_a_name_no_class_has_limits_nothing(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=4)
+    await fleet.create_class()
+    await fleet.create_node("a")
+    ns = namespace(control_plane)
+    hard = {"requests.nvidia.com/gpu": "0", f"requests.{fleet.resource}-other": "0"}
+    resource_quota(control_plane, ns, {**hard, "requests.cpu": "1"})
+    await start_binder()
+    await fleet.create_vm(ns, "vm", gpus=2)
+    await eventually(lambda: _held(fleet, ns, "vm", 2), what="bound past no quota of its class")
+    cond = await eventually(lambda: _quota_condition(admin, fleet, "True"), what="QuotasValid")
+    assert cond["reason"] == "WellFormed"
+    assert await _events(admin, ns, "gpus", "GPUQuotaMalformed") == []
+
+
 async def _held(fleet: Fleet, ns: str, vm: str, n: int) -> list[GPUDevice]:
     devices = await fleet.set_of(ns, vm)
     return devices if len(devices) == n else []
@@ -120,9 +177,11 @@ async def _events(admin: KubeClient, ns: str, name: str, reason: str) -> list[Ev
     return [e for e in items if e.regarding.get("name") == name and e.reason == reason]
 
 
-async def _quota_condition(admin: KubeClient, fleet: Fleet) -> dict[str, Any] | None:
+async def _quota_condition(
+    admin: KubeClient, fleet: Fleet, status: str = "False"
+) -> dict[str, Any] | None:
     cls = await admin.get(GPUClass, fleet.class_name)
     for c in cls.status.conditions:
-        if c.type == "QuotasValid" and c.status == "False":
+        if c.type == "QuotasValid" and c.status == status:
             return c.to_dict()
     return None
