@@ -153,7 +153,7 @@ def tier(
     cp, assets = node_plane
     work = tmp_path_factory.mktemp("node-tier")
     webhook = webhook_for(cp, work)
-    config = fleet.webhook_configuration(f"https://127.0.0.1:{webhook.port}/mutate", cp.ca_pem)
+    config = fleet.webhook_configuration(f"https://127.0.0.1:{webhook.port}", cp.ca_pem)
     put(cp, config)
     asyncio.run(_create_class(cp))
     node = KubeletNode(cp, assets.kubelet, f"node-{uid()}", labels={SCHEDULABLE: "true"})

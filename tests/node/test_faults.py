@@ -138,7 +138,7 @@ def _burst(tier: NodeTier, kwok: KwokNodes, ns: str, vms: int) -> dict[str, int]
 
 
 def _point_webhook(cp: Any, port: int) -> None:
-    config = fleet.webhook_configuration(f"https://127.0.0.1:{port}/mutate", cp.ca_pem)
+    config = fleet.webhook_configuration(f"https://127.0.0.1:{port}", cp.ca_pem)
     name = config["metadata"]["name"]
     current = get(cp, f"{WEBHOOKS}/{name}")
     assert current is not None

@@ -205,7 +205,7 @@ class Bench:
                 "--log-format=text",
             ]
         )
-        self._webhook_url = f"https://127.0.0.1:{port}/mutate"
+        self._webhook_url = f"https://127.0.0.1:{port}"
         return proc
 
     async def _settled(self, client: KubeClient) -> None:
