@@ -167,6 +167,27 @@ async def test_a_request_for_a_set_stuck_on_a_cordoned_node_fails_saying_why(
     )
 
 
+async def test_a_request_its_webhook_deleted_does_not_hold_up_the_next_answer(
+    cluster: Cluster,
+) -> None:
+    # The webhook gave up (bind timeout) and deleted its request before the binder's watch
+    # said so: writing that answer finds nothing, and the other answers are written.
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("gone", 1)
+    cluster.vm("vm", 1)
+    cluster.request("gone", 1)
+    cluster.request("vm", 1)
+    cluster.lag()
+    await cluster.client.delete(GPUBindRequest, "gone-bind", NAMESPACE)
+    result = await cluster.answer_requests()
+    cluster.catch_up()
+    assert not result.aborted
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.BOUND and list(answer.devices) == cluster.set_of("vm")
+    assert len(cluster.set_of("gone")) == 1  # bound for its VM's next start all the same
+
+
 def left(cluster: Cluster, name: str) -> bool:
     return cluster.client.peek(GPUBindRequest, name, NAMESPACE) is not None
 

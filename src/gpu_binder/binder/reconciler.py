@@ -21,6 +21,7 @@ from gpu_binder.api.types import (
     RECORD_OPEN,
     RECORD_STATE_LABEL,
     UNLABELLED_RECORDS,
+    GPUBindRequest,
     GPUDevice,
     GPUUsageRecord,
     watched_record,
@@ -239,7 +240,19 @@ class Reconciler:
                 raise NotLeader("lease lost: no more writes")
             try:
                 written = await self._write(w)
-            except (Conflict, NotFound):
+            except NotFound:
+                if _answer_of_a_gone_request(w):
+                    # Its webhook gave up waiting (bind timeout) and deleted it: nobody reads
+                    # this answer, and the devices bound for it stay the VM's. No conflict,
+                    # so the other answers and placements of the step are still written.
+                    self.world.apply(WatchEvent("DELETED", w.obj))
+                    continue
+                self.metrics.conflicts.inc()
+                result.conflicts += 1
+                result.aborted = True
+                self._revert(items[i:])
+                return
+            except Conflict:
                 self.metrics.conflicts.inc()
                 result.conflicts += 1
                 result.aborted = True
@@ -335,3 +348,7 @@ class Reconciler:
         conds.append(cond.to_dict())
         st["conditions"] = conds
         return await self.client.update_status(Node.from_dict(raw))
+
+
+def _answer_of_a_gone_request(w: Write) -> bool:
+    return w.verb == "status" and isinstance(w.obj, GPUBindRequest)
