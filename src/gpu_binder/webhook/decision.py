@@ -47,6 +47,7 @@ from gpu_binder.binder.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest
+from gpu_binder.webhook.answers import Answers
 from gpu_binder.webhook.messages import (
     dry_run_warning,
     named_like_a_vm,
@@ -118,9 +119,13 @@ class Admitter:
         clock: Callable[[], datetime] | None = None,
         *,
         rng: random.Random | None = None,
+        answers: Answers | None = None,
     ) -> None:
         self.world = world
         self.client = client
+        # The answers this process's world receives (webhook.answers); None: each
+        # admission watches its own request (a world fed by no watch of requests).
+        self.answers = answers
         self.config = config or Config()
         # Only measures how long an admission waited, in the log; waiting uses the loop.
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -415,11 +420,14 @@ class Admitter:
         try:
             async with asyncio.timeout(self.config.bind_timeout.total_seconds()):
                 created = await bindrequest.create(self.client, bind_request, self.rng)
-                outcome = (
-                    created
-                    if created.status.phase != RequestPhase.PENDING
-                    else await bindrequest.wait_for_answer(self.client, created)
-                )
+                if created.status.phase != RequestPhase.PENDING:
+                    outcome = created
+                elif self.answers is not None:
+                    meta = created.metadata
+                    current = self.world.requests.get(f"{meta.namespace}/{meta.name}")
+                    outcome = await self.answers.wait(created, current)
+                else:
+                    outcome = await bindrequest.wait_for_answer(self.client, created)
         except TimeoutError:
             outcome = "timeout"
         finally:
