@@ -35,7 +35,7 @@ from typing import Any
 
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.bench import kubevirt
+from gpu_binder.bench import apicalls, kubevirt
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
 from gpu_binder.devcluster.kwoknodes import SCHEDULABLE, seed_kwok
@@ -153,9 +153,15 @@ class Bench:
             scheduled = Scheduled()
             watch = asyncio.create_task(scheduled.watch(client))
             try:
+                t0 = await apicalls.served(self.cp)
                 baseline = await self._baseline(client, scheduled)
+                t1 = await apicalls.served(self.cp)
+                baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
                 _say(f"baseline: {baseline}")
                 ours = await self._gpu_binder(client, scheduled)
+                ours["api_requests_per_start"] = apicalls.per_start(
+                    t1, await apicalls.served(self.cp), self.vms
+                )
                 _say(f"gpu-binder: {ours}")
             finally:
                 watch.cancel()
