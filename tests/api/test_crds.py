@@ -250,7 +250,12 @@ def test_the_root_is_an_object_whose_metadata_belongs_to_the_api_server(kind: st
 
 
 def test_optional_fields_are_nullable_and_times_are_date_time_strings() -> None:
-    assert node("GPUDevice", "spec", "slot") == {"type": "integer", "minimum": 0, "nullable": True}
+    assert node("GPUDevice", "spec", "slot") == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 4095,
+        "nullable": True,
+    }
     assert node("GPUDevice", "spec", "lastReset") == {
         "type": "string",
         "format": "date-time",
@@ -282,9 +287,13 @@ def test_tuples_are_arrays_and_string_maps_are_additional_properties() -> None:
     assert requests["type"] == "array"
     assert requests["minItems"] == 1
     assert requests["items"]["required"] == ["className", "count"]
-    assert node("GPUBindRequest", "status", "devices")["items"] == {"type": "string"}
+    assert node("GPUBindRequest", "status", "devices")["items"] == {
+        "type": "string",
+        "maxLength": 253,
+    }
     assert node("GPUClass", "spec", "match", "nodeSelector")["additionalProperties"] == {
-        "type": "string"
+        "type": "string",
+        "maxLength": 63,
     }
 
 
@@ -454,3 +463,43 @@ def test_kubevirt_stand_ins_match_kubevirts_own_declarations() -> None:
         "VirtualMachineInstancetype": False,
         "VirtualMachineClusterInstancetype": False,
     }
+
+
+def unbounded_scalars(schema: dict[str, Any]) -> list[str]:
+    """Integers without a minimum and a maximum, maps without maxProperties."""
+    found = []
+    for path, here in walk(schema):
+        if here.get("type") == "integer" and not ("minimum" in here and "maximum" in here):
+            found.append(path)
+        is_map = here.get("type") == "object" and "additionalProperties" in here
+        if is_map and "maxProperties" not in here:
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("kind", [spec.kind for spec in KINDS])
+def test_every_field_of_every_kind_is_bounded(kind: str) -> None:
+    # Issue 11: a forged or runaway object cannot carry a 1 MB string, slot 2^62 or a
+    # list without end. apiVersion and kind are the API server's to check.
+    schema = schema_of(kind)
+    found = unbounded(schema) + unbounded_scalars(schema)
+    assert [p for p in found if p not in (".apiVersion", ".kind")] == []
+
+
+def test_a_reservation_too_long_for_a_timedelta_is_read_as_the_longest_allowed() -> None:
+    # Stored before the schema bounded it, `99999999999999999999h` raised OverflowError in
+    # the binder's orders step.
+    from gpu_binder.api.types import RESERVATION_MAX, GPUClassSpec, ReservationSpec
+
+    spec = GPUClassSpec.model_construct(
+        resource_name="example.com/gpu",
+        reservation=ReservationSpec.model_construct(release_after_stopped="99999999999999999999h"),
+    )
+    assert spec.release_after == RESERVATION_MAX
+
+
+def test_a_duration_too_long_for_a_timedelta_is_a_value_error() -> None:
+    from gpu_binder.api.meta import parse_duration
+
+    with pytest.raises(ValueError, match="too long"):
+        parse_duration("99999999999999999999h")

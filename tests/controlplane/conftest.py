@@ -9,14 +9,15 @@ except under CI=true, where they fail instead.
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 from realcluster import Binders, BinderSetup, StartBinder  # noqa: F401 (tests import it from here)
 
+from gpu_binder.devcluster.fleet import webhook_configuration
 from gpu_binder.envtest import (
     AssetsBuildError,
     AssetsUnavailable,
@@ -62,15 +63,32 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _resolve(session.config)
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="session")
-def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
-    """One kube-apiserver + etcd for the whole session (admin: ``control_plane.admin``)."""
+def webhook_port() -> int:
+    """The port the session's binders serve their webhooks on, known before the API
+    server starts: its authorization webhook (deploy/apiserver/) calls it."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def control_plane(pytestconfig: pytest.Config, webhook_port: int) -> Iterator[ControlPlane]:
+    """One kube-apiserver + etcd for the whole session (admin: ``control_plane.admin``),
+    authorizing as deploy/apiserver/authorization-config.yaml says: the node agent's reads
+    beyond its node go to the binder's /authorize, the rest to RBAC."""
     assets = _resolve(pytestconfig)
     if isinstance(assets, str):
         if _in_ci() or assets.startswith("building"):
             pytest.fail(assets.replace("skipped", "cannot run (CI=true)"), pytrace=False)
         pytest.skip(assets)
-    with ControlPlane(assets) as cp:
+    config = REPO / "deploy" / "apiserver" / "authorization-config.yaml"
+    authorization = (
+        yaml.safe_load(config.read_text()),
+        f"https://127.0.0.1:{webhook_port}/authorize",
+    )
+    with ControlPlane(assets, authorization=authorization) as cp:
         yield cp
 
 
@@ -83,24 +101,19 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="session")
 def binder_setup(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory, webhook_port: int
 ) -> BinderSetup:
     from realcluster import DEPLOY, install, put
 
     cp = control_plane
     cp.install_crds([DEPLOY / "crds", DEPLOY / "kubevirt" / "crds.yaml"])
     install(cp, DEPLOY / "binder" / "rbac.yaml")
-    port = free_port()
+    # Every binder of the session writes under the policy narrowing its writes.
+    install(cp, DEPLOY / "binder" / "own-writes-policy.yaml")
+    port = webhook_port
     certs = tmp_path_factory.mktemp("webhook-certs")
     cert_file, key_file = cp.certs.ca.issue_serving("gpu-binder-webhook").write(certs, "tls")
-    config = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
-    for hook in config["webhooks"]:
-        path = hook["clientConfig"]["service"]["path"]
-        hook["clientConfig"] = {
-            "url": f"https://127.0.0.1:{port}{path}",
-            "caBundle": base64.b64encode(cp.ca_pem).decode(),
-        }
-    put(cp, config)
+    put(cp, webhook_configuration(f"https://127.0.0.1:{port}", cp.ca_pem))
     return BinderSetup(cp, port, cert_file, key_file)
 
 

@@ -45,6 +45,12 @@ PATHS = {
     "MutatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     ),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    ),
 }
 
 X = TypeVar("X")
@@ -222,11 +228,14 @@ class Binders:
             identity=f"test-{uid()}",
             lease_name=f"gpu-binder-{uid()}",
             timings=Timings(4.0, 3.0, 0.5),
+            # Only the API server is served: the certificate it presents to webhooks.
             webhook=WebhookOptions(
                 setup.cert_file,
                 setup.key_file,
                 host="127.0.0.1",
                 port=setup.webhook_port,
+                client_ca_file=setup.cp.webhook_client.ca_file,
+                client_names=(setup.cp.webhook_client.name,),
             ),
             metrics_port=None,
         )

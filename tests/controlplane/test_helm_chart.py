@@ -222,6 +222,7 @@ def other_values(
             "excludedNamespaces": ["tenant-system"],
             "certificateSource": "secret",
             "secret": {"tlsCrt": certs.crt, "tlsKey": certs.key, "caBundle": certs.ca},
+            "clientAuth": {"caBundle": certs.ca, "names": ["apiserver-a", "apiserver-b"]},
         },
         "agent": {
             "devicePlugin": {"enabled": False},
@@ -265,9 +266,12 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     assert excluded == [*system, "tenant-system"]
     # Slot resources are checked on pods in every namespace but the system ones.
     assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == system
-    secret = one(docs, "Secret")
+    secret = by_key(docs)[("Secret", "gb-webhook-tls")]
     assert secret["type"] == "kubernetes.io/tls"
     assert base64.b64decode(secret["data"]["tls.crt"]).decode() == certs.crt
+    # The CA of the API server's webhook client certificate, given as a PEM.
+    client_ca = by_key(docs)[("Secret", "gb-webhook-client-ca")]
+    assert base64.b64decode(client_ca["data"]["ca.crt"]).decode() == certs.ca
 
     binder = one(docs, "Deployment")
     pod = binder["spec"]["template"]["spec"]
@@ -275,6 +279,7 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     assert binder["spec"]["replicas"] == 3
     assert container["image"] == "registry.example/gpu-binder:9.9.9"
     assert container["args"][-1] == "--log-level=debug"
+    assert "--webhook-client-names=apiserver-a,apiserver-b" in container["args"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert {k: env[k] for k in env if k.startswith("GPU_BINDER_")} == {
         "GPU_BINDER_RESYNC": "1m",
@@ -577,3 +582,31 @@ def test_a_refused_object_is_reported(cluster: ControlPlane) -> None:
     }
     with pytest.raises(AssertionError, match="Deployment broken"):
         dry_run_apply(cluster, [bad])
+
+
+def test_by_default_the_chart_makes_the_api_servers_webhook_client_identity(helm: Path) -> None:
+    # A CA of its own (not the cluster's client CA), the API server's client certificate
+    # from it, and the binder trusting that CA's ca.crt alone (never its key).
+    chart = by_key(render(helm))
+    ca = chart[("Certificate", "gpu-binder-webhook-client-ca")]["spec"]
+    assert ca["isCA"] is True and ca["secretName"] == "gpu-binder-webhook-client-ca"
+    client = chart[("Certificate", "gpu-binder-apiserver-webhook-client")]["spec"]
+    assert client["commonName"] == "kube-apiserver-webhook-client"
+    assert client["usages"] == ["client auth", "digital signature"]
+    assert client["issuerRef"]["name"] == "gpu-binder-webhook-client-ca"
+    pod = chart[("Deployment", "gpu-binder")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "client-ca"]
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    args = pod["containers"][0]["args"]
+    assert "--webhook-client-ca-file=/client-ca/ca.crt" in args
+
+
+def test_client_auth_off_serves_any_client_and_makes_no_client_ca(
+    helm: Path, tmp_path: Path
+) -> None:
+    docs = render(helm, values={"webhook": {"clientAuth": {"enabled": False}}}, tmp=tmp_path)
+    keys = by_key(docs)
+    assert ("Certificate", "gpu-binder-webhook-client-ca") not in keys
+    pod = keys[("Deployment", "gpu-binder")]["spec"]["template"]["spec"]
+    assert not any(a.startswith("--webhook-client") for a in pod["containers"][0]["args"])
+    assert "client-ca" not in {v["name"] for v in pod["volumes"]}

@@ -124,6 +124,9 @@ def release(
                     "tlsKey": pair.key_pem.decode(),
                     "caBundle": cp.ca_pem.decode(),
                 },
+                # The CA of the webhook client certificate this control plane's API
+                # server presents.
+                "clientAuth": {"caBundle": cp.webhook_client.ca.cert_pem.decode()},
             },
             "serviceMonitor": {"enabled": False},
         }

@@ -58,7 +58,11 @@ async def test_a_burst_of_admissions_waits_on_the_worlds_answers_opening_no_watc
 
 async def test_a_request_deleted_while_waiting_is_answered_deleted() -> None:
     answers = Answers()
-    spec = {"vm": {"name": "vm"}, "vmi": {"name": "vm"}, "requests": [{"className": "h100", "count": 1}]}
+    spec = {
+        "vm": {"name": "vm"},
+        "vmi": {"name": "vm"},
+        "requests": [{"className": "h100", "count": 1}],
+    }
     request = GPUBindRequest.model_validate(
         {"metadata": {"name": "vm-abcde", "namespace": "t"}, "spec": spec}
     )

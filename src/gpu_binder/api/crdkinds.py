@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from gpu_binder.api.meta import Model
 from gpu_binder.api.types import (
     GROUP,
+    NAME_MAX,
     PCI_ADDRESS_PATTERN,
+    RESERVATION_MAX,
+    RESERVED_RESOURCE_PREFIXES,
+    RESOURCE_NAME_MAX,
+    RESOURCE_NAME_PATTERN,
     GPUBindRequest,
     GPUClass,
     GPUDevice,
@@ -103,6 +109,39 @@ def _cel_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _go_duration(t: timedelta) -> str:
+    """A whole number of hours in Go's form, which CEL's duration() reads."""
+    assert t.total_seconds() % 3600 == 0
+    return f"{int(t.total_seconds()) // 3600}h"
+
+
+_RESERVED = " && ".join(f"!self.startsWith({_cel_string(p)})" for p in RESERVED_RESOURCE_PREFIXES)
+# The resource name rules are CEL rather than a schema pattern: the API server's pattern
+# error quotes the regular expression, these say what a resource name is.
+_RESOURCE_NAME_RULES = (
+    Rule(
+        f"self.matches({_cel_string(RESOURCE_NAME_PATTERN)}) && self.indexOf('/') <= {NAME_MAX}",
+        "resourceName must be an extended resource name <domain>/<name> (a DNS subdomain of "
+        f"at most {NAME_MAX} characters, a name of at most 63), such as "
+        "nvidia.com/GH100_H100_SXM5_80GB",
+    ),
+    Rule(
+        _RESERVED,
+        "resourceName must not be in "
+        + " or ".join(RESERVED_RESOURCE_PREFIXES)
+        + f": {RESERVED_RESOURCE_PREFIXES[0]}* is the slot space the node agent serves one "
+        "GPU per name in, and devices.kubevirt.io/* is KubeVirt's own",
+        reason="FieldValueForbidden",
+    ),
+    Rule(
+        "!(self.startsWith('kubernetes.io/') || "
+        "self.substring(0, self.indexOf('/')).endsWith('.kubernetes.io'))",
+        "resourceName must not be in the kubernetes.io domain: those are not extended resources",
+        reason="FieldValueForbidden",
+    ),
+)
+
+
 KINDS: tuple[KindSpec, ...] = (
     KindSpec(
         model=GPUClass,
@@ -142,10 +181,24 @@ KINDS: tuple[KindSpec, ...] = (
                     reason="FieldValueRequired",
                 ),
             ),
+            ("spec", "resourceName"): _RESOURCE_NAME_RULES,
             ("spec", "match", "deviceIDs"): (
                 Rule(
                     "self.all(id, self.exists_one(other, other == id))",
                     "deviceIDs must not list the same device ID twice",
+                ),
+            ),
+            ("spec", "match", "nodeSelector"): (
+                Rule(
+                    f"self.all(k, k.size() <= {RESOURCE_NAME_MAX})",
+                    f"nodeSelector keys are label keys of at most {RESOURCE_NAME_MAX} characters",
+                ),
+            ),
+            ("spec", "reservation", "releaseAfterStopped"): (
+                Rule(
+                    f"duration(self) <= duration('{_go_duration(RESERVATION_MAX)}')",
+                    f"releaseAfterStopped must be at most {_go_duration(RESERVATION_MAX)} "
+                    "(ten years); leave it out to keep a stopped VM's GPUs while the VM exists",
                 ),
             ),
         },
@@ -237,6 +290,14 @@ KINDS: tuple[KindSpec, ...] = (
                     "!has(self.end) || self.end >= self.start",
                     "end must not be before start",
                     field_path=".end",
+                ),
+                # What an open record bills from is fixed when it opens: only its end is
+                # ever written (the binder closes it).
+                Rule(
+                    "self.start == oldSelf.start",
+                    "start is immutable: a usage record bills from when it was opened",
+                    field_path=".start",
+                    reason="FieldValueForbidden",
                 ),
             ),
         },

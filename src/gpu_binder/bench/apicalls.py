@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from gpu_binder.envtest import ControlPlane
@@ -23,7 +23,7 @@ class Served:
     """Requests served so far and the seconds they took, keyed "VERB resource[/sub]"."""
 
     requests: Counter[str] = field(default_factory=Counter)
-    seconds: Counter[str] = field(default_factory=Counter)
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 async def served(cp: ControlPlane) -> Served:
@@ -50,9 +50,11 @@ def per_start(before: Served, after: Served, starts: int, top: int = 12) -> dict
     """Between two accounts, per start: the `top` most served requests with the mean time
     each took the API server (ms), and the total."""
     requests = after.requests - before.requests
-    seconds = after.seconds - before.seconds
     out: dict[str, object] = {}
     for key, n in requests.most_common(top):
-        out[key] = {"n": round(n / max(1, starts), 1), "ms": round(seconds[key] / n * 1e3, 1)}
+        out[key] = {
+            "n": round(n / max(1, starts), 1),
+            "ms": round((after.seconds[key] - before.seconds[key]) / n * 1e3, 1),
+        }
     out["total"] = round(sum(requests.values()) / max(1, starts), 1)
     return out

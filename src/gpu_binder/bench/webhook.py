@@ -55,7 +55,14 @@ class Bench:
         options = Options(
             identity="bench",
             leader_elect=False,
-            webhook=WebhookOptions(self.cert_file, self.key_file, "127.0.0.1", self.port)
+            webhook=WebhookOptions(
+                self.cert_file,
+                self.key_file,
+                "127.0.0.1",
+                self.port,
+                client_ca_file=self.cp.webhook_client.ca_file,
+                client_names=(self.cp.webhook_client.name,),
+            )
             if webhook
             else None,
             metrics_port=None,

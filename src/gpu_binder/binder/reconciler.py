@@ -334,6 +334,11 @@ class Reconciler:
         if w.verb == "status":
             return await c.update_status(w.obj)
         if w.verb == "update":
+            if isinstance(w.obj, GPUDevice):
+                # A device's only update is its finalizer (the agent owns the spec, status
+                # is a subresource): a patch of metadata.finalizers, so the binder holds
+                # patch, not update, on GPUDevices and cannot rewrite their spec whole.
+                return await self._finalizers(w.obj)
             return await c.update(w.obj)
         if w.verb == "create":
             try:
@@ -387,13 +392,10 @@ class Reconciler:
         return written
 
     async def _node_condition(self, node_name: str, cond: Condition) -> Node:
-        node = await self.client.get(Node, node_name)
-        raw = node.to_dict()
-        st = raw.setdefault("status", {})
-        conds = [c for c in st.get("conditions") or [] if c.get("type") != cond.type]
-        conds.append(cond.to_dict())
-        st["conditions"] = conds
-        return await self.client.update_status(Node.from_dict(raw))
+        """The GPUDegraded condition alone, by a strategic merge patch of nodes/status: no
+        GET and PUT of the whole status, which would need update rights on every field
+        of every node and race the kubelet's heartbeats."""
+        return await self.client.set_condition(Node, node_name, "", cond.to_dict())
 
 
 def _answer_of_a_gone_request(w: Write) -> bool:

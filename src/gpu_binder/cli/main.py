@@ -65,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     bs.add_argument("--vms", type=int, default=1_000)
     bs.add_argument("--gpus-per-vm", type=int, default=2)
     bs.add_argument("--json", action="store_true")
+    bf = bench_sub.add_parser(
+        "flood", help="other reviews' latency while one client floods the webhook server"
+    )
+    bf.add_argument("--samples", type=int, default=300, help="victim reviews per scenario")
+    bf.add_argument("--json", action="store_true")
     for name in DELEGATED:
         sub.add_parser(name, help=f"see gpu-binder {name} --help", add_help=False)
     return p
@@ -98,6 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = bench_start(args.nodes, args.gpus_per_node, args.vms, args.gpus_per_vm)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         print(table(figures), file=sys.stderr)
+        return 0
+    if args.command == "bench" and args.bench == "flood":
+        from gpu_binder.bench.flood import main as bench_flood
+
+        figures = bench_flood(args.samples)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     return 2
 

@@ -127,7 +127,15 @@ async def serve(
         await fleet.put_webhook_configuration(client, config)
         options = Options(
             identity="dev-cluster",
-            webhook=WebhookOptions(cert, key, host="127.0.0.1", port=port),
+            # As the chart sets it up: only the API server's webhook client certificate.
+            webhook=WebhookOptions(
+                cert,
+                key,
+                host="127.0.0.1",
+                port=port,
+                client_ca_file=cp.webhook_client.ca_file,
+                client_names=(cp.webhook_client.name,),
+            ),
             metrics_host="127.0.0.1",
             metrics_port=metrics_port,
         )

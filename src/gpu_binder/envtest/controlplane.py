@@ -39,8 +39,9 @@ from .files import write_kubeconfig
 from .process import ControlPlaneError, Process
 from .rest import ApiResponse
 from .users import User, issue_user
+from .webhookclient import WebhookClient, write_authorization_config, write_webhook_client
 
-__all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User"]
+__all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User", "WebhookClient"]
 
 
 class ControlPlane:
@@ -67,6 +68,7 @@ class ControlPlane:
         components: Sequence[str] = (),
         component_flags: Mapping[str, Mapping[str, str | None]] | None = None,
         node_assets: NodeAssets | None = None,
+        authorization: tuple[Mapping[str, Any], str] | None = None,
     ) -> None:
         unknown = set(components) - {SCHEDULER, CONTROLLER_MANAGER}
         if unknown:
@@ -85,6 +87,9 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self._build = build
         self._progress = progress
+        # (an AuthorizationConfiguration, the URL of its webhook authorizers): replaces
+        # --authorization-mode=RBAC.
+        self._authorization = authorization
         self._work: Path | None = None
         self._etcd: Process | None = None
         self._apiserver: Process | None = None
@@ -96,6 +101,7 @@ class ControlPlane:
         self._ca_file: Path | None = None
         self._kubeconfig: Path | None = None
         self._admin: User | None = None
+        self._webhook_client: WebhookClient | None = None
         self.startup_seconds: float | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -220,6 +226,13 @@ class ControlPlane:
         return self._node_assets
 
     @property
+    def webhook_client(self) -> WebhookClient:
+        """The client certificate the API server presents to every webhook, and its CA."""
+        self._require()
+        assert self._webhook_client is not None
+        return self._webhook_client
+
+    @property
     def work_dir(self) -> Path:
         return self._require()
 
@@ -262,6 +275,7 @@ class ControlPlane:
         self._admin = User(
             ADMIN_USER, ("system:masters",), admin_cert, admin_key, self._work / "kubeconfig"
         )
+        self._webhook_client = write_webhook_client(cert_dir)
 
     def _start_etcd(self, assets: ControlPlaneAssets) -> None:
         assert self._work is not None
@@ -271,12 +285,25 @@ class ControlPlane:
 
     def _start_apiserver(self, assets: ControlPlaneAssets, port: int | None = None) -> None:
         assert self._work is not None and self._etcd_url is not None and self._ssl is not None
+        assert self._webhook_client is not None
+        # Webhooks are called with the control plane's webhook client certificate.
+        flags: dict[str, str | None] = {
+            "admission-control-config-file": str(self._webhook_client.admission_config),
+        }
+        if self._authorization is not None:
+            template, url = self._authorization
+            certs = self._work / "certs"
+            config = write_authorization_config(
+                certs, dict(template), url, self._webhook_client, certs / "ca.crt"
+            )
+            flags.update({"authorization-config": str(config), "authorization-mode": None})
+        flags.update(self._apiserver_flags)
         self._apiserver, self._url = start_apiserver(
             assets.kube_apiserver,
             self._work,
             self._etcd_url,
             self._ssl,
-            self._apiserver_flags,
+            flags,
             self.start_timeout,
             port,
         )

@@ -22,6 +22,7 @@ from gpu_binder.cli.logs import setup as setup_logs
 from gpu_binder.kube import ConfigError, connect
 from gpu_binder.kube.leaderelection import Timings
 from gpu_binder.kube.manager import Manager, Options, WebhookOptions, default_identity
+from gpu_binder.kube.serving import Limits
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,45 @@ def parser() -> argparse.ArgumentParser:
     add("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt", type=Path)
     add("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", type=Path)
     add("--cert-reload-interval", default=timedelta(seconds=10), type=duration)
+    add(
+        "--webhook-client-ca-file",
+        default=None,
+        type=Path,
+        help="require a client certificate signed by this CA (the API server's, named in "
+        "its AdmissionConfiguration kubeconfig); unset: any client is served",
+    )
+    add(
+        "--webhook-client-names",
+        default="",
+        type=names,
+        help="accept only client certificates with one of these common or DNS names, "
+        "comma-separated (empty: any the CA signed)",
+    )
+    limits = Limits()
+    add("--webhook-max-connections", default=limits.max_connections, type=int)
+    add(
+        "--webhook-idle-timeout",
+        default=timedelta(seconds=limits.idle_timeout),
+        type=duration,
+        help="close a connection whose request's headers have not arrived this long after "
+        "it opened or after its last answer",
+    )
+    add("--webhook-body-timeout", default=timedelta(seconds=limits.body_timeout), type=duration)
     add("--metrics-host", default="0.0.0.0")
     add("--metrics-port", default=8080, type=int, help="0: no metrics and probe server")
+    add(
+        "--metrics-auth",
+        default=False,
+        type=boolean,
+        help="serve /metrics only to a bearer token allowed get on /metrics (TokenReview "
+        "and SubjectAccessReview); it tells what each tenant holds",
+    )
+    add(
+        "--metrics-tls",
+        default=False,
+        type=boolean,
+        help="serve metrics and probes over HTTPS with the webhook's serving certificate",
+    )
     add_log_flags(add)
     return p
 
@@ -100,6 +138,13 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
             host=args.webhook_host,
             port=args.webhook_port,
             reload_interval=args.cert_reload_interval.total_seconds(),
+            client_ca_file=args.webhook_client_ca_file,
+            client_names=tuple(args.webhook_client_names),
+            limits=Limits(
+                max_connections=args.webhook_max_connections,
+                idle_timeout=args.webhook_idle_timeout.total_seconds(),
+                body_timeout=args.webhook_body_timeout.total_seconds(),
+            ),
         )
         if args.webhook
         else None
@@ -117,6 +162,8 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
         webhook=webhook,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port or None,
+        metrics_auth=args.metrics_auth,
+        metrics_tls=args.metrics_tls,
     )
     return config, options
 

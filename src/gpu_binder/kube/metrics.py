@@ -30,6 +30,14 @@ class RunMetrics:
             ["kind"],
             registry=registry,
         )
+        self.refused = Counter(
+            "gpu_binder_webhook_refused",
+            "Connections and requests the webhook server refused, by reason (connections: "
+            "past the cap; client: a certificate not the API server's; body_timeout, "
+            "body_size; agent_read: a node agent's read of other nodes' GPUDevices)",
+            ["reason"],
+            registry=registry,
+        )
         self.cert_reloads = Counter(
             "gpu_binder_webhook_cert_reloads", "Serving certificate reloads", registry=registry
         )
