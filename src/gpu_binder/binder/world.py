@@ -8,6 +8,7 @@ response at once, so the next decision never acts on what the binder itself repl
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -115,6 +116,9 @@ class World(Orders):
         self._orders: dict[str, tuple[object, object, dict[str, int] | None]] = {}
         self._runs: dict[str, tuple[object, int | None, str, int | None, int, Resolved]] = {}
         self.synced = False
+        # Told of every bind request change, the binder's own answers (write-through)
+        # included: the webhook's admissions wait on it (webhook.answers).
+        self.on_request: Callable[[GPUBindRequest, bool], None] | None = None
         # The order mix placement weighs free GPUs by: every order's demand, kept as VMs
         # (and standalone VMIs) come, change and go (see placement.mix).
         self.mix = Mix()
@@ -152,6 +156,8 @@ class World(Orders):
                 self.pending_requests.add(key)
             else:
                 self.pending_requests.discard(key)
+            if self.on_request is not None:
+                self.on_request(obj, deleted)
         elif isinstance(obj, GPUUsageRecord):
             # Only open records are cached (SELECTORS): a closed one, by an event or by the
             # response of the write that closed it, leaves the cache.

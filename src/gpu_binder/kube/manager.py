@@ -38,6 +38,7 @@ from gpu_binder.kube.queue import WorkQueue
 from gpu_binder.kube.serving import Limits
 from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.webhook import Admitter
+from gpu_binder.webhook.answers import Answers
 from gpu_binder.webhook.pods import PodPinner
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ class Manager:
         self.queue = WorkQueue(first=[REQUESTS_KEY])
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)
-        self.admitter = Admitter(self.world, client, self.config)
+        self.answers = Answers()
+        self.world.on_request = self.answers.seen
+        self.admitter = Admitter(self.world, client, self.config, answers=self.answers)
         self.pods = PodPinner(self.world, self.config, client=client)
         self.elector = LeaderElector(
             client,
