@@ -4,6 +4,9 @@ tenant's namespace for it to read; records from before the ledger are moved into
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import (
     RECORD_CLOSED,
@@ -76,6 +79,37 @@ async def test_a_copy_is_closed_with_its_record(cluster: Cluster) -> None:
     copy = next(c for c in cluster.copies() if c.metadata.name == record.metadata.name)
     assert copy.spec.end == record.spec.end == finished
     assert copy.metadata.labels[RECORD_STATE_LABEL] == RECORD_CLOSED
+
+
+class Slow:
+    """The binder's client: each write takes a moment, so a step's writes are in flight
+    together, as they are against an API server."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def update(self, obj: Any) -> Any:
+        await asyncio.sleep(0.001)
+        return await self.client.update(obj)
+
+    async def create(self, obj: Any) -> Any:
+        await asyncio.sleep(0.001)
+        return await self.client.create(obj)
+
+
+async def test_a_copy_is_not_closed_while_its_records_close_is_refused(cluster: Cluster) -> None:
+    await running(cluster)
+    [record] = cluster.records()
+    cluster.client.conflict_next_write(GPUUsageRecord, record.metadata.name, LEDGER)
+    cluster.binder.client = Slow(cluster.binder.client)
+    cluster.finish("vm", at=cluster.clock.advance(hours=1))
+    await cluster.run()
+    assert [r.spec.end for r in cluster.records()] == [None], "the close lost to a writer"
+    [copy] = [c for c in cluster.copies() if c.metadata.name == record.metadata.name]
+    assert copy.spec.end is None, "a copy never says more than the ledger"
 
 
 async def test_deleting_the_tenants_namespace_loses_no_record(cluster: Cluster) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from gpu_binder.api.types import GPUDevice
+from gpu_binder.api.types import GPUDevice, GPUUsageRecord, is_copy
 from gpu_binder.binder.world import World
 
 # "finalizers": a JSON merge patch of the object's metadata.finalizers (to those of obj),
@@ -111,12 +111,15 @@ class Plan:
     def waves(self) -> list[list[int]]:
         """The writes' indices (in decision order) in the order they may be made: device
         binds, then the other device writes (releases, phases, finalizers), then writes of
-        other kinds (a bind request's answer, records, statuses). Within a wave, writes
-        touch distinct objects and may be made together; a wave starts once the one
-        before it was written whole."""
-        waves: list[list[int]] = [[], [], []]
+        other kinds (a bind request's answer, records, statuses), then the tenants' copies
+        of records (a copy never says more than the ledger: a record's write refused
+        starts no copy of it). Within a wave, writes touch distinct objects and may be
+        made together; a wave starts once the one before it was written whole."""
+        waves: list[list[int]] = [[], [], [], []]
         for i, w in enumerate(self.writes.values()):
-            if not isinstance(w.obj, GPUDevice):
+            if isinstance(w.obj, GPUUsageRecord) and is_copy(w.obj):
+                waves[3].append(i)
+            elif not isinstance(w.obj, GPUDevice):
                 waves[2].append(i)
             elif (
                 w.verb == "status"
