@@ -45,10 +45,10 @@ async def test_the_gpu_seconds_counters_carry_over_a_leader_change_and_never_go_
     await eventually(lambda: fleet.set_of(ns, "vm"), what="bound")
     vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
     await run_vmi(admin, vmi, node)
-    await asyncio.sleep(2.1)  # finish times have whole seconds: ≥ 1 s attached
+    await asyncio.sleep(2.1)  # finish times have whole seconds: past the record's start
     await end_vmi(admin, await admin.get(VirtualMachineInstance, "vm", ns))
     attached = await eventually(lambda: _closed_seconds(admin, leader, ns), what="closed")
-    assert attached >= 1.0
+    assert attached > 0
     await eventually(
         lambda: _equal(seconds(leader, ns, fleet.class_name)["attached"], attached),
         what="the leader's attached counter at the ledger's closed seconds",
