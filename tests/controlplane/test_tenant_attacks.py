@@ -132,6 +132,47 @@ async def test_a_vmi_owned_by_a_gpu_less_vm_keeps_and_pays_for_what_it_was_admit
 # --- attack 2: ghost bindings -----------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("owner", "said"),
+    [
+        (_vm_owner("vm", "", controller=True), "uid"),
+        (_vm_owner("", "0b4c2a7e-0000-4000-8000-000000000001", controller=True), "name"),
+        (
+            {
+                **_vm_owner("vm", "0b4c2a7e-0000-4000-8000-000000000001", controller=True),
+                "apiVersion": "",
+            },
+            "apiVersion",
+        ),
+    ],
+    ids=["uid", "name", "apiVersion"],
+)
+async def test_a_vmi_with_a_malformed_owner_is_refused_by_the_webhook_and_binds_nothing(
+    control_plane: ControlPlane,
+    admin: KubeClient,
+    start_binder: StartBinder,
+    owner: dict[str, Any],
+    said: str,
+) -> None:
+    """The API server would refuse it after the webhook had bound its set (422): the
+    webhook refuses it first, saying which field, and asks the binder for nothing."""
+    fleet = Fleet(admin, gpus_per_node=2)
+    await fleet.create_class()
+    await fleet.create_node("a")
+    ns = namespace(control_plane)
+    alice = tenant(control_plane, ns)
+    await start_binder(FAST)
+    async with await connect(str(alice.kubeconfig)) as client:
+        with pytest.raises(ApiError) as refused:
+            await client.create(
+                VirtualMachineInstance.from_dict(_raw_vmi("ghost", ns, fleet.gpus(2), [owner]))
+            )
+    message = refused.value.message
+    assert "denied the request" in message and "ownerReference" in message and said in message
+    await asyncio.sleep(1.5)
+    assert await _bound(fleet) == []
+
+
 async def test_a_set_bound_for_a_vmi_the_api_server_then_refuses_is_freed_within_seconds(
     control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
 ) -> None:
