@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from realcluster import Fleet, eventually, namespace, run_vmi, tenant
+from realcluster import Fleet, eventually, namespace, run_vmi, tenant, vmi_of
 
 from conftest import StartBinder
 from gpu_binder.api.kubevirt import KUBEVIRT_API_VERSION, VirtualMachineInstance
@@ -201,3 +201,81 @@ async def test_a_set_bound_for_a_vmi_the_api_server_then_refuses_is_freed_within
 
     await eventually(freed, timeout=30, what="the ghost's set released")
     assert time.monotonic() - refused_at < 20
+
+
+# --- attack 4: the devices annotation and the status, written by the tenant -----------
+
+
+async def test_a_tenants_devices_annotation_neither_places_nor_bills_more_gpus(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    fleet = Fleet(admin, gpus_per_node=4)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns, other = namespace(control_plane), namespace(control_plane)
+    alice = tenant(control_plane, ns)
+    await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    await run_vmi(admin, vmi, node)
+    (held,) = await eventually(lambda: _attached(fleet, vmi, 1), what="its GPU attached")
+    await eventually(lambda: _open(admin, ns, 1), what="its usage record")
+
+    every = ",".join(sorted(d.metadata.name for d in await fleet.devices()))
+    async with await connect(str(alice.kubeconfig)) as client:
+        await client.patch(
+            VirtualMachineInstance,
+            "vm",
+            ns,
+            {"metadata": {"annotations": {DEVICES_ANNOTATION: every}}},
+        )
+    await asyncio.sleep(4)  # several passes
+    assert [d.metadata.name for d in await _attached(fleet, vmi, 1)] == [held.metadata.name]
+    assert [d.metadata.name for d in await fleet.set_of(ns, "vm")] == [held.metadata.name]
+    assert [r.spec.device for r in await _open(admin, ns, 1)] == [held.metadata.name]
+    # The other three are free: another tenant's order gets them.
+    await fleet.create_vm(other, "next", gpus=3)
+    taken = await eventually(
+        lambda: _sized(fleet.set_of(other, "next"), 3), what="3 GPUs for another"
+    )
+    assert held.metadata.name not in {d.metadata.name for d in taken}
+
+
+async def test_a_backdated_status_never_ends_a_record_before_the_binder_saw_the_vmi_running(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    """VMIs have no status subresource: the tenant reports its VMI Succeeded one second
+    after it started. The record ends no earlier than when the binder last saw it run."""
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    alice = tenant(control_plane, ns)
+    await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    await run_vmi(admin, vmi, node)
+    (record,) = await eventually(lambda: _open(admin, ns, 1), what="its usage record")
+    await asyncio.sleep(4)  # it runs, and the binder sees it run, for a while
+
+    seen_running = datetime.now(UTC)
+    backdated = (record.spec.start + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "phase": "Succeeded",
+        "phaseTransitionTimestamps": [
+            {"phase": "Succeeded", "phaseTransitionTimestamp": backdated}
+        ],
+    }
+    async with await connect(str(alice.kubeconfig)) as client:
+        await client.patch(VirtualMachineInstance, "vm", ns, {"status": status})
+
+    async def closed() -> GPUUsageRecord | None:
+        (rec,) = await _records(admin, ns)
+        return rec if rec.spec.end is not None else None
+
+    ended = await eventually(closed, what="the record closed")
+    assert ended.spec.end is not None
+    # Record times are RFC 3339 with whole seconds.
+    assert ended.spec.end >= seen_running.replace(microsecond=0), (
+        f"closed at {ended.spec.end}, started {record.spec.start}; seen running {seen_running}"
+    )
