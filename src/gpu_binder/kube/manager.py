@@ -13,7 +13,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,8 @@ class Manager:
         self.config = config or Config()
         self.options = options or Options()
         self.clock = clock
-        self.world = World()
+        # Its times are the binder's own observations (World.seen_running).
+        self.world = World(clock=clock or (lambda: datetime.now(UTC)))
         self.metrics = Metrics()
         self.run_metrics = RunMetrics(self.metrics.registry)
         self.queue = WorkQueue(first=[REQUESTS_KEY])
