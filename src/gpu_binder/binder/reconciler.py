@@ -141,6 +141,13 @@ class Reconciler:
             # Grace periods expire without an event, and with the binder disabled nothing
             # watches the VMI a deleted device waits for.
             result.requeue_after = self.config.resync
+            # A set held for its request's VMI goes when the wait ends (steps.sets, which
+            # runs only when enabled).
+            arrival = self.memory.vmi_arrivals.next() if self.config.enabled else None
+            if arrival is not None:
+                result.requeue_after = min(
+                    result.requeue_after, max(arrival - now, self.config.conflict_retry)
+                )
         return result
 
     def _awaiting_release(self) -> bool:

@@ -13,7 +13,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,8 @@ class Manager:
         self.config = config or Config()
         self.options = options or Options()
         self.clock = clock
-        self.world = World()
+        # Its times are the binder's own observations (World.seen_running).
+        self.world = World(clock=clock or (lambda: datetime.now(UTC)))
         self.metrics = Metrics()
         # GPU-seconds of the ledger, exported by every replica (binder.ledgertotals).
         self.totals = LedgerTotals()
