@@ -128,10 +128,13 @@ async def test_the_counters_never_go_down_when_a_close_ends_earlier_than_counted
     await cluster.settle()
     cluster.clock.advance(hours=1)
     counted = (await replica.values())[KEY_ATTACHED]
-    # Its node's clock ran 10 minutes behind: the VMI's finish is stamped before what
-    # was counted of it.
-    cluster.finish("vm", at=cluster.clock.now - timedelta(minutes=10))
-    await cluster.settle()
+    # A close that ends before what was counted of it. The binder no longer writes one:
+    # a record never ends before the binder last saw its VMI running (issue 11 item 4).
+    # Another writer's record, or a binder that never saw the VMI run, still may.
+    [record] = cluster.records()
+    early = cluster.clock.now - timedelta(minutes=10)
+    closed = record.model_copy(update={"spec": record.spec.model_copy(update={"end": early})})
+    replica.totals.count(closed)
     assert (await replica.values())[KEY_ATTACHED] == counted
 
 
