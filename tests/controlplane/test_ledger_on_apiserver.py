@@ -8,6 +8,7 @@ gpu-binder and Kubernetes count a VM's GPUs, and a VM at its quota is refused by
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -86,7 +87,13 @@ async def test_deleting_a_tenants_namespace_loses_none_of_its_records(
 
     records = await _ledger(admin, ns, RecordKind.ATTACHED, 2)
     assert sorted(r.metadata.name for r in records) == sorted(r.metadata.name for r in opened)
-    assert all(r.spec.end == finished for r in records)
+    # Ended when virt-handler said, or when the binder saw it, if later (issue 11, item 4:
+    # a record never ends before the binder saw the VMI end): a moment at most.
+    assert finished is not None
+    assert all(
+        r.spec.end is not None and finished <= r.spec.end <= finished + timedelta(seconds=5)
+        for r in records
+    ), [(r.spec.end, finished) for r in records]
     # Reserved: from the bind to the VMI's start, and from its end to the VM's release.
     items = (await admin.list(GPUUsageRecord, LEDGER)).items
     reserved = [r for r in items if r.spec.namespace == ns and r.spec.kind == RecordKind.RESERVED]

@@ -26,6 +26,7 @@ from gpu_binder.api.types import (
     GPUDevice,
     GPUUsageRecord,
     Phase,
+    RecordKind,
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import ApiError
@@ -60,6 +61,7 @@ async def _open(admin: KubeClient, ns: str, n: int) -> list[GPUUsageRecord]:
         r
         for r in await _records(admin, ns)
         if r.metadata.labels.get(RECORD_STATE_LABEL) == RECORD_OPEN
+        and r.spec.kind == RecordKind.ATTACHED
     ]
     return found if len(found) == n else []
 
@@ -270,7 +272,7 @@ async def test_a_backdated_status_never_ends_a_record_before_the_binder_saw_the_
         await client.patch(VirtualMachineInstance, "vm", ns, {"status": status})
 
     async def closed() -> GPUUsageRecord | None:
-        (rec,) = await _records(admin, ns)
+        (rec,) = [r for r in await _records(admin, ns) if r.spec.kind == RecordKind.ATTACHED]
         return rec if rec.spec.end is not None else None
 
     ended = await eventually(closed, what="the record closed")
