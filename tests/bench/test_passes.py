@@ -19,7 +19,7 @@ async def test_a_new_leaders_first_pass_over_a_settled_world_writes_nothing() ->
 async def test_each_pass_figure_has_its_cpu_time_beside_the_wall_clock() -> None:
     figures = await run(devices=64, repeat=2)
     for name in ("full_pass", "exhaustive_pass", "incremental_pass", "requests_pass"):
-        assert 0 <= figures[name]["cpu_median_ms"]
+        assert figures[name]["cpu_median_ms"] >= 0
     assert figures["cold_pass"]["cpu_ms"] > 0
 
 
