@@ -14,3 +14,22 @@ async def test_a_new_leaders_first_pass_over_a_settled_world_writes_nothing() ->
     figures = await run(devices=64, repeat=2)
     assert figures["restart"]["first_pass_writes"] == 0
     assert figures["bound_devices"] > 0
+
+
+async def test_each_pass_figure_has_its_cpu_time_beside_the_wall_clock() -> None:
+    figures = await run(devices=64, repeat=2)
+    for name in ("full_pass", "exhaustive_pass", "incremental_pass", "requests_pass"):
+        assert figures[name]["cpu_median_ms"] >= 0
+    assert figures["cold_pass"]["cpu_ms"] > 0
+
+
+async def test_the_profile_names_the_exhaustive_pass_hot_functions_with_their_call_counts() -> None:
+    figures = await run(devices=64, repeat=2, profile=5)
+    rows = figures["exhaustive_profile"]
+    assert 0 < len(rows) <= 5
+    assert all(row["calls"] > 0 and ":" in row["function"] for row in rows)
+
+
+async def test_without_a_profile_asked_for_the_figures_hold_none() -> None:
+    figures = await run(devices=64, repeat=2)
+    assert "exhaustive_profile" not in figures

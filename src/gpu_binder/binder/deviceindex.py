@@ -102,6 +102,13 @@ class DeviceIndex:
         self.by_name[d.metadata.name] = d
         self._index(d)
         self._recount(old, d)
+        # The node's free state and shape for the class, once both indexes are current.
+        self._restate(d.status.class_name, d.spec.node_name)
+        if old is not None and (old.status.class_name, old.spec.node_name) != (
+            d.status.class_name,
+            d.spec.node_name,
+        ):
+            self._restate(old.status.class_name, old.spec.node_name)
 
     def remove(self, name: str) -> None:
         self.touched_devices.add(name)
@@ -110,6 +117,7 @@ class DeviceIndex:
             self._released(old, None)
             self._unindex(old)
             self._recount(old, None)
+            self._restate(old.status.class_name, old.spec.node_name)
 
     def _released(self, old: GPUDevice, new: GPUDevice | None) -> None:
         was = old.status.binding
@@ -255,7 +263,6 @@ class DeviceIndex:
                 self.resources.add_device(s.binding.vm.key, node)
             else:
                 self.resources.remove_device(s.binding.vm.key, node)
-        self._restate(c, node)
 
     def _restate(self, class_name: str, node: str) -> None:
         names = self.free.get(class_name, {}).get(node)

@@ -38,10 +38,14 @@ class Verdicts(dict[str, object]):
         self.unclean.update(k for k in keys if k not in self)
 
     def due(self, every: Collection[str]) -> list[str]:
-        """The keys of `every` a sweep trusting these verdicts must decide about."""
+        """The keys of `every` a sweep trusting these verdicts must decide about, in order."""
+        return sorted(self.pending(every))
+
+    def pending(self, every: Collection[str]) -> set[str]:
+        """The same, unordered, for a caller that adds keys and orders them once."""
         gone = [k for k in self.unclean if k not in every]
         self.unclean.difference_update(gone)
-        return sorted(self.unclean)
+        return set(self.unclean)
 
     def restart(self, every: Collection[str]) -> None:
         """Before an exhaustive sweep: every key not found clean is due. Verdicts of keys

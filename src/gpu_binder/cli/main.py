@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     bp = bench_sub.add_parser("pass", help="the binder's passes on a synthetic cluster")
     bp.add_argument("--devices", type=int, default=10_000)
     bp.add_argument("--repeat", type=int, default=20)
+    bp.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TOP",
+        help="also profile `repeat` more exhaustive passes: the TOP functions by own time, "
+        "with their call counts (compare sizes by the counts)",
+    )
     bp.add_argument("--json", action="store_true")
     bw = bench_sub.add_parser(
         "webhook", help="VMI create → admitted through a local API server and the webhook"
@@ -87,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench" and args.bench == "pass":
         from gpu_binder.bench.passes import main as bench_pass
 
-        figures = bench_pass(args.devices, args.repeat)
+        figures = bench_pass(args.devices, args.repeat, args.profile)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     if args.command == "bench" and args.bench == "webhook":

@@ -6,14 +6,26 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
-from gpu_binder.replay.order import orders_from_pods
-from gpu_binder.replay.registry import policies
+from gpu_binder.replay import generate
+from gpu_binder.replay.order import Order, orders_from_pods
+from gpu_binder.replay.policy import RunFactory
+from gpu_binder.replay.registry import BINDER, policies
 from gpu_binder.replay.report import FIRST_SEED, JSON, Mode, replay
-from gpu_binder.replay.trace import TraceError, load_nodes, load_pods
+from gpu_binder.replay.sweep import DrawResult, sweep
+from gpu_binder.replay.trace import Node, TraceError, load_nodes, load_pods
+
+# The node list generated clusters are cut from when none is given: the shipped trace's.
+SHIPPED_NODES = (
+    Path(__file__).resolve().parents[3]
+    / "data"
+    / "alibaba-gpu-v2023"
+    / "openb_node_list_gpu_node.csv"
+)
+SWEEP_SEEDS = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,14 +34,50 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-binder replay",
         description="Replay a GPU cluster trace under several placement policies.",
     )
-    parser.add_argument("nodes", type=Path, metavar="NODES.csv", help="node list of the trace")
-    parser.add_argument("pods", type=Path, metavar="PODS.csv", help="pod list of the trace")
+    parser.add_argument(
+        "nodes",
+        type=Path,
+        nargs="?",
+        metavar="NODES.csv",
+        help="node list of the trace (with --generate/--sweep: the list clusters are cut "
+        "from; default the shipped Alibaba list)",
+    )
+    parser.add_argument(
+        "pods", type=Path, nargs="?", metavar="PODS.csv", help="pod list of the trace"
+    )
+    parser.add_argument(
+        "--generate",
+        type=int,
+        metavar="DRAW",
+        help="replay generated workload DRAW (replay.generate) instead of a pod list",
+    )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="DIR",
+        help="with --generate: write the draw's nodes.csv, pods.csv (its first seed's "
+        "arrivals) and params.json into DIR, and replay nothing",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=int,
+        metavar="N",
+        help="run N generated draws (from --draw-base) with the binder and the baselines "
+        "and print the distribution of binder minus best baseline (arrival mode)",
+    )
+    parser.add_argument(
+        "--draw-base", type=int, default=0, metavar="DRAW", help="first draw of --sweep"
+    )
     parser.add_argument(
         "--policies",
         default=",".join(known),
         help=f"comma-separated, from {', '.join(known)} (default: all)",
     )
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, … (default 10)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        help=f"seeds 42, 43, … (default 10; {SWEEP_SEEDS} per draw with --sweep)",
+    )
     parser.add_argument(
         "--seed-base",
         type=int,
@@ -95,11 +143,20 @@ def main_replay(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.seeds is None:
+        args.seeds = SWEEP_SEEDS if args.sweep is not None else 10
     if args.seeds < 1:
         print("gpu-binder replay: --seeds must be at least 1", file=sys.stderr)
         return 2
     if (args.load is not None and args.load <= 0) or args.stopped < 0:
         print("gpu-binder replay: --load must be positive, --stopped not negative", file=sys.stderr)
+        return 2
+    contenders = {name: known[name] for name in chosen}
+    if args.generate is not None or args.sweep is not None:
+        return _generated(args, contenders)
+    if args.nodes is None or args.pods is None:
+        parser.print_usage(sys.stderr)
+        print("gpu-binder replay: NODES.csv and PODS.csv are needed", file=sys.stderr)
         return 2
     try:
         nodes = load_nodes(args.nodes)
@@ -110,12 +167,29 @@ def main_replay(argv: Sequence[str]) -> int:
     if not orders:
         print(f"gpu-binder replay: {args.pods}: no pod asks for a GPU", file=sys.stderr)
         return 2
-    started = time.perf_counter()
-    result = replay(
+    return _print_replay(
+        args,
         trace=args.pods.stem,
         nodes=nodes,
         orders=orders,
-        policies={name: known[name] for name in chosen},
+        contenders=contenders,
+    )
+
+
+def _print_replay(
+    args: argparse.Namespace,
+    trace: str,
+    nodes: Sequence[Node],
+    orders: Sequence[Order],
+    contenders: dict[str, RunFactory],
+    draw: Callable[[int], Sequence[Order]] | None = None,
+) -> int:
+    started = time.perf_counter()
+    result = replay(
+        trace=trace,
+        nodes=nodes,
+        orders=orders,
+        policies=contenders,
         seeds=args.seeds,
         mode=cast(Mode, args.mode),
         curves=args.curves or args.plot is not None,
@@ -123,6 +197,7 @@ def main_replay(argv: Sequence[str]) -> int:
         stopped_s=args.stopped,
         draws=args.arrivals,
         first_seed=args.seed_base,
+        draw=draw,
     )
     if args.plot is not None and args.mode == "arrival":
         from gpu_binder.replay.plot import plot_curves
@@ -133,6 +208,72 @@ def main_replay(argv: Sequence[str]) -> int:
     else:
         print(render(result, time.perf_counter() - started))
     return 0
+
+
+def _generated(args: argparse.Namespace, contenders: dict[str, RunFactory]) -> int:
+    """--generate DRAW (replay it, or --write it) and --sweep N."""
+    try:
+        base = load_nodes(args.nodes or SHIPPED_NODES)
+    except TraceError as err:
+        print(
+            f"gpu-binder replay: {err} (give the NODES.csv to cut clusters from)", file=sys.stderr
+        )
+        return 2
+    if args.sweep is not None:
+        if args.sweep < 1 or BINDER not in contenders or len(contenders) < 2:
+            print(
+                "gpu-binder replay: --sweep needs N >= 1, the binder and a baseline",
+                file=sys.stderr,
+            )
+            return 2
+
+        def progress(r: DrawResult) -> None:
+            name, best = r.best_baseline
+            print(
+                f"draw {r.draw} ({r.cluster}, {r.capacity_gpus} GPUs): binder "
+                f"{r.unallocated[BINDER]:.3f} {name} {best:.3f} bound {r.bound:.3f} "
+                f"({r.seconds:.0f} s)",
+                file=sys.stderr,
+            )
+
+        draws = range(args.draw_base, args.draw_base + args.sweep)
+        result = sweep(draws, base, contenders, seeds=args.seeds, progress=progress)
+        print(json.dumps(result, indent=2) if args.json else render_sweep(result))
+        return 0
+    params = generate.draw_params(args.generate)
+    nodes = generate.build_nodes(params, base)
+    if args.write is not None:
+        generate.write(
+            params, nodes, generate.draw_arrivals(params, nodes, args.seed_base), args.write
+        )
+        print(f"draw {args.generate}: {args.write}/nodes.csv, pods.csv, params.json")
+        return 0
+    return _print_replay(
+        args,
+        trace=f"draw{args.generate}",
+        nodes=nodes,
+        orders=(),
+        contenders=contenders,
+        draw=lambda seed: generate.draw_arrivals(params, nodes, seed),
+    )
+
+
+def render_sweep(result: JSON) -> str:
+    """A sweep's distributions and worst draws, for people."""
+    summary = cast(dict[str, dict[str, float]], result["summary"])
+    lines = [f"{result['seeds_per_draw']} seeds per draw"]
+    for name, dist in summary.items():
+        lines.append(f"{name}: " + ", ".join(f"{k} {v:g}" for k, v in dist.items()))
+    rows = cast(list[dict[str, object]], result["draws"])
+    lines.append(f"{'draw':>6} {'cluster':<10} {'GPUs':>6} {'binder':>8} {'best':>8} {'gap':>7}")
+    for row in sorted(rows, key=lambda r: -cast(float, r["binder_minus_best"]))[:10]:
+        lines.append(
+            f"{row['draw']:>6} {row['cluster']:<10} {row['capacity_gpus']:>6} "
+            f"{cast(float, row['binder']):>8.3f} "
+            f"{cast(float, row['best_baseline_unallocated_gpu_pct']):>8.3f} "
+            f"{cast(float, row['binder_minus_best']):>7.3f}"
+        )
+    return "\n".join(lines)
 
 
 def render(result: JSON, seconds: float) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import fmean
 from typing import Literal
 
@@ -34,6 +34,7 @@ def replay(
     stopped_s: int = 0,
     draws: int = 0,
     first_seed: int = FIRST_SEED,
+    draw: Callable[[int], Sequence[Order]] | None = None,
 ) -> JSON:
     """Every policy on the same seeds (same arrivals, same node order); means over seeds.
 
@@ -41,10 +42,13 @@ def replay(
     model-capacity bound of each seed's arrivals at 100%, averaged like the results.
     Timeline mode takes `load` (with `draws` orders drawn per seed, default 3 × the
     trace's) and `stopped_s` (see timeline). Seeds run from `first_seed` on.
+
+    `draw` (a generated workload, see generate) gives each seed's arrivals in their own
+    order and times instead of draws from `orders`; they are then also the workload a
+    policy may study, and timeline mode replays them at their own times.
     """
     if seeds < 1:
         raise ValueError("at least one seed is needed")
-    draws = draws or 3 * len(orders)
     capacity = sum(node.gpus for node in nodes)
     model_capacity: dict[str, int] = {}
     for node in nodes:
@@ -58,26 +62,29 @@ def replay(
         bounds: list[float] = []
         fit_bounds: list[float] = []
         for seed in seed_list:
-            arrivals = draw_arrivals(orders, capacity, seed)
+            arrivals = draw(seed) if draw else draw_arrivals(orders, capacity, seed)
+            workload = arrivals if draw else orders
             full = until_full(arrivals, capacity)
             bounds.append(unallocated_bound_pct(demand_by_models(full), model_capacity))
             fit_bounds.append(
                 unallocated_bound_pct(demand_by_fitting_models(full, nodes), model_capacity)
             )
             for name, factory in policies.items():
-                runs[name].append(run_arrival(nodes, arrivals, factory, seed, orders))
+                runs[name].append(run_arrival(nodes, arrivals, factory, seed, workload))
         result["bound_unallocated_gpu_pct"] = _round(fmean(bounds))
         result["bound_fit_unallocated_gpu_pct"] = _round(fmean(fit_bounds))
         result["policies"] = {name: _arrival_summary(rs, curves) for name, rs in runs.items()}
     else:
         timelines: dict[str, list[TimelineResult]] = {name: [] for name in policies}
         for seed in seed_list:
-            timed = resample(orders, capacity, load, seed, draws) if load else list(orders)
+            source = list(draw(seed)) if draw else list(orders)
+            count = draws or 3 * len(source)
+            timed = resample(source, capacity, load, seed, count) if load else source
             for name, factory in policies.items():
                 timelines[name].append(run_timeline(nodes, timed, factory, seed, stopped_s))
         if load:
             result["load"] = load
-            result["draws"] = draws
+            result["draws"] = count
         if stopped_s:
             result["stopped_seconds"] = stopped_s
         result["bound_unallocated_gpu_pct"] = None

@@ -1,0 +1,161 @@
+"""A sweep: every contender on many generated workloads, summed up as distributions.
+
+A policy is as good as its worst workload, not its mean one. The sweep runs each draw of
+`generate` (its cluster, a few seeds of its arrivals) through the arrival mode with every
+contender, and reports per draw the binder's unallocated GPUs minus the best baseline's
+(in points of capacity; negative: the binder allocated more) and minus the tighter of
+the replay's bounds, and over the draws the distribution of each: worst, p90, mean.
+
+Draw numbers are the sweep's seeds: a range looked at while designing (tuning) and
+another never looked at (held out) give two honest distributions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+
+from gpu_binder.replay import generate
+from gpu_binder.replay.policy import RunFactory
+from gpu_binder.replay.registry import BINDER
+from gpu_binder.replay.report import JSON, replay
+from gpu_binder.replay.trace import Node
+
+# Where the best baseline is this close to the tighter bound, the binder must be too.
+BOUND_SLACK = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class DrawResult:
+    """Every contender on one draw: unallocated GPUs in % of capacity, mean over seeds."""
+
+    draw: int
+    cluster: str
+    capacity_gpus: int
+    bound: float
+    """The tighter of the replay's bounds (the fit bound)."""
+    unallocated: Mapping[str, float]
+    rejected: Mapping[str, float]
+    seconds: float
+
+    @property
+    def best_baseline(self) -> tuple[str, float]:
+        name = min(
+            (n for n in self.unallocated if n != BINDER), key=lambda n: (self.unallocated[n], n)
+        )
+        return name, self.unallocated[name]
+
+    @property
+    def gap(self) -> float:
+        """Binder minus the best baseline, in points."""
+        return self.unallocated[BINDER] - self.best_baseline[1]
+
+    @property
+    def above_bound(self) -> float:
+        return self.unallocated[BINDER] - self.bound
+
+    @property
+    def baseline_near_bound(self) -> bool:
+        return self.best_baseline[1] - self.bound <= BOUND_SLACK
+
+    def row(self) -> JSON:
+        name, best = self.best_baseline
+        return {
+            "draw": self.draw,
+            "cluster": self.cluster,
+            "capacity_gpus": self.capacity_gpus,
+            "bound_fit_unallocated_gpu_pct": self.bound,
+            "binder": self.unallocated[BINDER],
+            "best_baseline": name,
+            "best_baseline_unallocated_gpu_pct": best,
+            "binder_minus_best": round(self.gap, 3),
+            "binder_minus_bound": round(self.above_bound, 3),
+            "unallocated_gpu_pct": dict(self.unallocated),
+            "rejected_orders": dict(self.rejected),
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def run_draw(
+    params: generate.Params,
+    base: Sequence[Node],
+    contenders: Mapping[str, RunFactory],
+    seeds: int,
+    first_seed: int = 42,
+) -> DrawResult:
+    """Every contender on a draw's cluster, on `seeds` seeds of its arrivals."""
+    if BINDER not in contenders or len(contenders) < 2:
+        raise ValueError("a sweep compares the binder with at least one baseline")
+    draw = params.draw
+    nodes = generate.build_nodes(params, base)
+    started = time.perf_counter()
+    result = replay(
+        trace=f"draw{draw}",
+        nodes=nodes,
+        orders=(),
+        policies=contenders,
+        seeds=seeds,
+        first_seed=first_seed,
+        draw=lambda seed: generate.draw_arrivals(params, nodes, seed),
+    )
+    table = result["policies"]
+    assert isinstance(table, dict)
+    bound = result["bound_fit_unallocated_gpu_pct"]
+    assert isinstance(bound, float)
+    return DrawResult(
+        draw=draw,
+        cluster=params.cluster.kind,
+        capacity_gpus=sum(n.gpus for n in nodes),
+        bound=bound,
+        unallocated={n: float(row["unallocated_gpu_pct"]) for n, row in table.items()},
+        rejected={n: float(row["rejected_orders"]) for n, row in table.items()},
+        seconds=time.perf_counter() - started,
+    )
+
+
+def distribution(values: Sequence[float]) -> JSON:
+    """Worst (largest), p90 (nine in ten draws at or below it), mean, best."""
+    if not values:
+        return {"draws": 0}
+    ordered = sorted(values)
+    p90 = ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+    return {
+        "draws": len(ordered),
+        "worst": round(ordered[-1], 3),
+        "p90": round(p90, 3),
+        "mean": round(fmean(ordered), 3),
+        "best": round(ordered[0], 3),
+        "behind": sum(1 for v in ordered if v > 0),
+    }
+
+
+def summary(results: Sequence[DrawResult]) -> JSON:
+    near = [r for r in results if r.baseline_near_bound]
+    return {
+        "binder_minus_best": distribution([r.gap for r in results]),
+        "binder_minus_bound_where_baseline_within_0.3": distribution([r.above_bound for r in near]),
+    }
+
+
+def sweep(
+    draws: Sequence[int],
+    base: Sequence[Node],
+    contenders: Mapping[str, RunFactory],
+    seeds: int = 2,
+    progress: Callable[[DrawResult], None] | None = None,
+) -> JSON:
+    """Every draw in `draws`; per-draw rows and the distributions over them."""
+    results: list[DrawResult] = []
+    for draw in draws:
+        done = run_draw(generate.draw_params(draw), base, contenders, seeds)
+        results.append(done)
+        if progress is not None:
+            progress(done)
+    return {
+        "draws": [r.row() for r in results],
+        "seeds_per_draw": seeds,
+        "summary": summary(results),
+    }

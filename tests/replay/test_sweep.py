@@ -1,0 +1,107 @@
+"""The sweep: the binder against the best baseline on many generated draws, reported as a
+distribution whose worst case is the figure."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpu_binder.replay import command, generate
+from gpu_binder.replay.binder_adapter import binder_run
+from gpu_binder.replay.command import main_replay
+from gpu_binder.replay.generate import ClusterShape, NodeShape, Params
+from gpu_binder.replay.registry import BINDER
+from gpu_binder.replay.sweep import DrawResult, distribution, run_draw, summary
+
+from .test_generate import BASE, small
+
+TINY = (NodeShape("A", 4, 32_000, 128 * 1024, 4),)
+DRAW_PARAMS = generate.draw_params
+
+
+def result(draw: int, binder: float, **baselines: float) -> DrawResult:
+    return DrawResult(
+        draw=draw,
+        cluster="synthetic",
+        capacity_gpus=100,
+        bound=0.0,
+        unallocated={BINDER: binder, **baselines},
+        rejected={},
+        seconds=0.0,
+    )
+
+
+def test_the_gap_is_the_binder_minus_the_best_baseline() -> None:
+    r = result(1, 2.0, firstfit=1.5, fgd=3.0)
+    assert r.best_baseline == ("firstfit", 1.5)
+    assert r.gap == 0.5
+
+
+def test_the_distribution_leads_with_the_worst_draw() -> None:
+    d = distribution([-1.0, 0.0, 0.5, 0.1, 0.2, 0.0, 0.0, 0.0, 0.0, 0.3])
+    assert (d["worst"], d["p90"], d["best"], d["behind"]) == (0.5, 0.3, -1.0, 4)
+    assert d["mean"] == 0.01
+
+
+def test_the_bound_is_checked_only_where_the_best_baseline_is_near_it() -> None:
+    near = result(1, 0.5, firstfit=0.2)
+    far = result(2, 9.0, firstfit=5.0)
+    dist = summary([near, far])["binder_minus_bound_where_baseline_within_0.3"]
+    assert isinstance(dist, dict)
+    assert (dist["draws"], dist["worst"]) == (1, 0.5)
+
+
+def test_a_draw_runs_every_contender_on_its_cluster_and_seeds() -> None:
+    from gpu_binder.replay.registry import policies
+
+    contenders = {name: f for name, f in policies().items() if name in (BINDER, "firstfit")}
+    r = run_draw(small(*TINY), BASE, contenders, seeds=2)
+    assert (r.capacity_gpus, r.cluster) == (16, "synthetic")
+    assert set(r.unallocated) == {BINDER, "firstfit"}
+    assert r.bound <= min(r.unallocated.values())
+
+
+def test_a_sweep_needs_the_binder_and_a_baseline() -> None:
+    with pytest.raises(ValueError):
+        run_draw(small(*TINY), BASE, {BINDER: binder_run()}, seeds=1)
+
+
+def tiny(draw: int) -> Params:
+    params = DRAW_PARAMS(draw)
+    return replace(params, cluster=ClusterShape("synthetic", nodes=TINY))
+
+
+def test_the_command_sweeps_draws_and_prints_the_distributions(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(generate, "draw_params", tiny)
+    argv = ["--sweep", "3", "--draw-base", "5", "--policies", "binder,firstfit", "--json"]
+    assert main_replay([*argv, "--seeds", "1", "--online"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [row["draw"] for row in out["draws"]] == [5, 6, 7]
+    assert out["summary"]["binder_minus_best"]["draws"] == 3
+
+
+def test_the_command_replays_one_generated_draw_like_a_trace(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(generate, "draw_params", tiny)
+    assert main_replay(["--generate", "9", "--seeds", "2", "--policies", "firstfit", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["trace"], out["seeds"], out["capacity_gpus"]) == ("draw9", 2, 16)
+
+
+def test_the_command_writes_a_draw_as_trace_files(tmp_path: Path) -> None:
+    assert main_replay(["--generate", "4", "--write", str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == {"nodes.csv", "pods.csv", "params.json"}
+
+
+def test_a_sweep_without_a_baseline_is_a_usage_error() -> None:
+    assert main_replay(["--sweep", "2", "--policies", "binder"]) == 2
+
+
+def test_a_trace_replay_still_needs_both_files() -> None:
+    assert main_replay([str(command.SHIPPED_NODES)]) == 2
