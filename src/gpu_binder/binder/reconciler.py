@@ -137,6 +137,10 @@ class Reconciler:
             # it. A fixed delay, unlike an error, does not grow a backoff on the one key
             # every GPU decision shares.
             result.requeue_after = self.config.conflict_retry
+        elif key == REQUESTS_KEY and self.config.enabled and self.world.pending_requests:
+            # A pass answers a few dozen (steps.requests): the next ones now, before
+            # anything else (the queue hands out the requests key first).
+            result.requeue_after = timedelta(0)
         elif key == PASS_KEY and (self.config.enabled or self._awaiting_release()):
             # Grace periods expire without an event, and with the binder disabled nothing
             # watches the VMI a deleted device waits for.

@@ -74,6 +74,7 @@ from gpu_binder.webhook.target import Target, target_of, vmi_name
 log = logging.getLogger(__name__)
 
 VMI_KIND = "VirtualMachineInstance"
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,9 +418,12 @@ class Admitter:
         started = self.clock()
         created: GPUBindRequest | None = None
         outcome: GPUBindRequest | Literal["timeout", "deleted"] = "timeout"
+        reusable = _reusable(bind_request)
         try:
             async with asyncio.timeout(self.config.bind_timeout.total_seconds()):
-                created = await bindrequest.create(self.client, bind_request, self.rng)
+                created = self._outstanding(bind_request) if reusable else None
+                if created is None:
+                    created = await bindrequest.create(self.client, bind_request, self.rng)
                 if created.status.phase != RequestPhase.PENDING:
                     outcome = created
                 elif self.answers is not None:
@@ -431,7 +435,13 @@ class Admitter:
         except TimeoutError:
             outcome = "timeout"
         finally:
-            if created is not None:
+            # A VM's request the binder has not answered yet stays for KubeVirt's retry of
+            # this start, which waits for its answer (`_outstanding`) instead of creating
+            # another: a burst answered slower than the bind timeout otherwise had every
+            # retry create, and the binder answer, one more request, while the one before
+            # was deleted unread. If no retry comes, it goes with its VM, or the binder
+            # deletes it once answered (steps.requests).
+            if created is not None and not (reusable and outcome == "timeout"):
                 self._forget_later(created)
         log.info(
             "VMI %s/%s: bind request %s answered %s after %s",
@@ -451,6 +461,23 @@ class Admitter:
             return self._deny(request, timeout_message(self.config))
         devices = await bindrequest.answered_devices(self.client, outcome)
         return self._answer(request, outcome, devices)
+
+    def _outstanding(self, wanted: GPUBindRequest) -> GPUBindRequest | None:
+        """The VM's request for this very start still waiting for the binder's answer, as
+        the world holds it: an earlier attempt's, left when its webhook timed out. Same VM
+        (by uid), same VMI name, same order; the oldest when there are several."""
+        spec = wanted.spec
+        found = [
+            r
+            for r in self.world.requests.values()
+            if r.metadata.namespace == wanted.metadata.namespace
+            and r.status.phase == RequestPhase.PENDING
+            and r.metadata.deletion_timestamp is None
+            and r.spec == spec
+        ]
+        if not found:
+            return None
+        return min(found, key=lambda r: (r.metadata.creation_timestamp or _NEVER, r.metadata.name))
 
     def _forget_later(self, created: GPUBindRequest) -> None:
         """Delete the answered request after replying: the answer is read already, and a
@@ -477,6 +504,13 @@ class Admitter:
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
+
+
+def _reusable(bind_request: GPUBindRequest) -> bool:
+    """Whether a retry of the start may wait for this request's answer: a VM's, known by
+    uid. A standalone VMI's name may be taken by another object between two attempts."""
+    vm = bind_request.spec.vm
+    return bool(vm.uid) and bool(bind_request.metadata.owner_references)
 
 
 def _bound_to(target: Target, d: GPUDevice) -> bool:
