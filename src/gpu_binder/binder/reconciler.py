@@ -259,6 +259,9 @@ class Reconciler:
                     break
         finally:
             self._revert([w for i, w in enumerate(items) if i not in written])
+            for w in items:
+                if isinstance(w.obj, GPUDevice):
+                    self.world.staged.discard(w.obj.metadata.name)
             for i, w in enumerate(items):
                 if i in written:
                     notes.extend(w.notes)
@@ -310,6 +313,11 @@ class Reconciler:
                 if made is not None:
                     # Write-through: the response enters the cache before the next decision.
                     self.world.apply(WatchEvent("MODIFIED", made))
+                    if isinstance(made, GPUDevice):
+                        # As the API server holds it (World.written_device), for the webhook.
+                        name = made.metadata.name
+                        self.world.written[name] = made.metadata.resource_version
+                        self.world.staged.discard(name)
 
         await asyncio.gather(*(one(i) for i in wave))
         if "lease" in stop:
@@ -326,6 +334,9 @@ class Reconciler:
             if not isinstance(w.obj, GPUDevice):
                 continue
             name = w.obj.metadata.name
+            # Its write failed or was never made (a 409: someone wrote it since): the
+            # webhook reads it from the API server again.
+            self.world.written.pop(name, None)
             if self.world.devices.get(name) is not w.obj:
                 continue  # an event replaced the staged decision already
             if w.before is None:
