@@ -132,3 +132,29 @@ async def test_any_other_error_is_raised_for_the_queue_to_back_off(
     monkeypatch.setattr(cluster.client, "update_status", refuse)
     with pytest.raises(Invalid):
         await cluster.run()
+
+
+async def test_the_leaders_own_writes_are_known_as_written_and_a_conflict_forgets_them(
+    cluster: Cluster,
+) -> None:
+    """World.written_device, which the webhook pins from while leading: a device the pass
+    wrote is its response; a decision staged over it is not; after a 409 on it, it is
+    read from the API server again; nothing stays staged after a pass."""
+    cluster.node("node-a")
+    await cluster.settle()
+    world = cluster.world
+    written = [n for n in world.devices.by_name if world.written_device(n) is not None]
+    assert written  # classified by the binder's own writes
+    for name in written:
+        stored = cluster.client.peek(GPUDevice, name)
+        assert stored is not None
+        assert world.written_device(name) == stored
+    cluster.vm("vm", 2)
+    conflict_on_first_bind(cluster)
+    await cluster.run()
+    assert not world.staged
+    raced = [n for n in world.devices.by_name if world.written_device(n) is None]
+    assert raced  # the device the 409 was on (and those its abort un-staged)
+    await cluster.settle()
+    for name in cluster.set_of("vm"):
+        assert world.written_device(name) == cluster.client.peek(GPUDevice, name)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, Phase, RequestPhase
+from gpu_binder.binder.config import Config
 from gpu_binder.binder.steps import requests
 
 from .cluster import NAMESPACE, Cluster
@@ -259,3 +262,37 @@ async def test_a_refusal_for_a_vm_that_never_came_is_forgotten_on_a_resync(
     assert cluster.events_of("ghost", "GPURefused")
     await cluster.settle_after(seconds=30)
     assert not [k for k in cluster.binder.memory.said if "tenant/ghost" in k]
+
+
+async def test_a_burst_is_answered_a_few_requests_a_pass_the_oldest_first() -> None:
+    """A pass writes its binds before its answers: a burst answered in one pass kept every
+    webhook waiting for every bind. A pass answers `requests_per_pass`, oldest first, and
+    asks to run again at once while some wait."""
+    cluster = Cluster(config=Config(requests_per_pass=2))
+    cluster.gpu_class()
+    cluster.node("node-a", 8)
+    await cluster.settle()
+    made = []
+    for vm in ("vm-c", "vm-a", "vm-b"):  # created in this order, 1 s apart
+        cluster.vm(vm, 1)
+        req = cluster.request(vm, 1)
+        meta = req.metadata.model_copy(update={"creation_timestamp": cluster.clock.now})
+        made.append(cluster.client.put(req.model_copy(update={"metadata": meta})))
+        cluster.clock.advance(seconds=1)
+    first = await cluster.answer_requests()
+    phases = {r.metadata.name: cluster.answer(r.metadata.name).status.phase for r in made}
+    assert phases == {
+        "vm-c-bind": RequestPhase.BOUND,
+        "vm-a-bind": RequestPhase.BOUND,
+        "vm-b-bind": RequestPhase.PENDING,
+    }
+    assert first.requeue_after == timedelta(0)
+    second = await cluster.answer_requests()
+    assert cluster.answer("vm-b-bind").status.phase == RequestPhase.BOUND
+    assert second.requeue_after is None
+    assert not cluster.world.pending_requests
+
+
+def test_without_a_limit_a_pass_answers_every_request_in_key_order() -> None:
+    pending = {"t/b", "t/a", "t/c"}
+    assert requests.oldest_pending(pending, {}, 0) == ["t/a", "t/b", "t/c"]

@@ -193,7 +193,8 @@ USES: dict[tuple[str, str, str], str] = {
         for verb in ("list", "watch")
     },
     (GROUP, "gpudevices", "get"): "gpu_binder.webhook.pods:PodPinner.admit (a set's devices "
-    "fresh), gpu_binder.webhook.bindrequest:answered_devices (the devices an answer names)",
+    "fresh), gpu_binder.webhook.decision:Admitter._read_device (the devices a pin or an answer "
+    "names, unless this leader's own write of them is what its world holds)",
     (GROUP, "gpubindrequests", "get"): "gpu_binder.webhook.bindrequest:wait_for_answer "
     "(its request, when the watch ends)",
     (GROUP, "gpuusagerecords", "get"): "gpu_binder.binder.reconciler:Reconciler._write "

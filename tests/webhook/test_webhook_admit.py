@@ -258,6 +258,46 @@ async def test_no_answer_within_the_bind_timeout_denies(cluster: Cluster) -> Non
     assert response["response"]["status"]["message"] == (
         "no answer from gpu-binder within 0.05s; KubeVirt will retry"
     )
+    # The VM's request stays for KubeVirt's retry of the start, which waits for its answer.
+    [left] = await cluster.requests_left()
+    assert left.status.phase == RequestPhase.PENDING
+    assert left.spec.vm.uid == vm.metadata.uid
+
+
+async def test_a_retry_after_a_timeout_waits_for_the_same_request(cluster: Cluster) -> None:
+    """KubeVirt retries a refused start: the retry waits for the answer to the request the
+    timed-out attempt left, creating none, and deletes it once answered."""
+    vm = cluster.vm("vm1", {"h100": 1})
+    cluster.gpu("node-a", 3)
+    timed_out = await cluster.admitter(bind_timeout=timedelta(milliseconds=50)).admit(
+        review(vmi_of(vm))
+    )
+    assert timed_out["response"]["allowed"] is False
+    [first] = requests_in(cluster)
+    created: list[GPUBindRequest] = []
+    real_create = cluster.client.create
+
+    async def create(obj: Any) -> Any:
+        created.append(obj)
+        return await real_create(obj)
+
+    cluster.client.create = create  # type: ignore[method-assign]
+    vmi = vmi_of(vm)
+    out = patched(await admit_with_binder(cluster, review(vmi, uid="review-2")), vmi)
+    assert device_names(out) == [H100_SLOT.format(3)]
+    assert created == []
+    assert first.metadata.name not in {r.metadata.name for r in requests_in(cluster)}
+
+
+async def test_a_timed_out_standalone_vmis_request_is_deleted(cluster: Cluster) -> None:
+    """A standalone VMI's name may be another object's by the retry: its request is not
+    kept for one."""
+    vmi = vmi_of(cluster.vm("vm1", {"h100": 1}))
+    vmi["metadata"].pop("ownerReferences")
+    vmi["metadata"]["name"] = "solo"
+    admitter = cluster.admitter(bind_timeout=timedelta(milliseconds=50))
+    response = await admitter.admit(review(vmi))
+    assert response["response"]["status"]["message"].startswith("no answer from gpu-binder")
     assert await cluster.requests_left() == []
 
 

@@ -96,6 +96,7 @@ class Plan:
         w.placement = w.placement or placement
         if note is not None:
             w.notes.append(note)
+        self.world.staged.add(new.metadata.name)
         self.world.put_device(new)
 
     def write(self, verb: Verb, obj: Any, note: Note | None = None) -> None:

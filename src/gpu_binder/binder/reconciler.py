@@ -137,6 +137,10 @@ class Reconciler:
             # it. A fixed delay, unlike an error, does not grow a backoff on the one key
             # every GPU decision shares.
             result.requeue_after = self.config.conflict_retry
+        elif key == REQUESTS_KEY and self.config.enabled and self.world.pending_requests:
+            # A pass answers a few dozen (steps.requests): the next ones now, before
+            # anything else (the queue hands out the requests key first).
+            result.requeue_after = timedelta(0)
         elif key == PASS_KEY and (self.config.enabled or self._awaiting_release()):
             # Grace periods expire without an event, and with the binder disabled nothing
             # watches the VMI a deleted device waits for.
@@ -261,6 +265,9 @@ class Reconciler:
                     break
         finally:
             self._revert([w for i, w in enumerate(items) if i not in written])
+            for w in items:
+                if isinstance(w.obj, GPUDevice):
+                    self.world.staged.discard(w.obj.metadata.name)
             for i, w in enumerate(items):
                 if i in written:
                     notes.extend(w.notes)
@@ -312,6 +319,11 @@ class Reconciler:
                 if made is not None:
                     # Write-through: the response enters the cache before the next decision.
                     self.world.apply(WatchEvent("MODIFIED", made))
+                    if isinstance(made, GPUDevice):
+                        # As the API server holds it (World.written_device), for the webhook.
+                        name = made.metadata.name
+                        self.world.written[name] = made.metadata.resource_version
+                        self.world.staged.discard(name)
 
         await asyncio.gather(*(one(i) for i in wave))
         if "lease" in stop:
@@ -328,6 +340,9 @@ class Reconciler:
             if not isinstance(w.obj, GPUDevice):
                 continue
             name = w.obj.metadata.name
+            # Its write failed or was never made (a 409: someone wrote it since): the
+            # webhook reads it from the API server again.
+            self.world.written.pop(name, None)
             if self.world.devices.get(name) is not w.obj:
                 continue  # an event replaced the staged decision already
             if w.before is None:

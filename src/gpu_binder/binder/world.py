@@ -80,6 +80,11 @@ class World(Orders):
         self.cordoned: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
+        # Devices as this process wrote them while leading: name → the resourceVersion its
+        # write's response had (see `written_device`). Cleared whenever leadership changes.
+        self.written: dict[str, str] = {}
+        # Devices holding a decision a pass staged and has not written (Plan) yet.
+        self.staged: set[str] = set()
         # Open records of the ledger (binder.ledger) by "namespace/name", and by name.
         self.records: dict[str, GPUUsageRecord] = {}
         self.record_keys: dict[str, str] = {}
@@ -243,6 +248,21 @@ class World(Orders):
         """Write-through: the response of the binder's own write, or a staged decision."""
         self.devices.put(d)
 
+    def written_device(self, name: str) -> GPUDevice | None:
+        """The device as the API server holds it, when the world knows that without asking:
+        the response of this process's own last write of it, as leader, still the version
+        the world holds (no staged decision over it, no newer event). Only the leader writes
+        a device's status (its binding, its phase), and the lease fences every other binder
+        while it leads, so the API server holds that status until this process writes
+        again. The caller checks that this process still leads."""
+        rv = self.written.get(name)
+        if not rv or name in self.staged:
+            return None
+        d = self.devices.get(name)
+        if d is None or d.metadata.resource_version != rv:
+            return None
+        return d
+
     def _apply_device(self, d: GPUDevice, deleted: bool) -> None:
         name = d.metadata.name
         # A device being deleted with no finalizer left is gone from the API: this is the
@@ -251,6 +271,7 @@ class World(Orders):
         if deleted or (d.metadata.deletion_timestamp is not None and not d.metadata.finalizers):
             self.devices.remove(name)
             self.dirty.discard(name)
+            self.written.pop(name, None)
             return
         old = self.devices.get(name)
         # Events older than what the binder already wrote through must not regress it.

@@ -108,7 +108,9 @@ class Manager:
         self.recorder = BackgroundRecorder(client, self.options.identity)
         self.answers = Answers()
         self.world.on_request = self.answers.seen
-        self.admitter = Admitter(self.world, client, self.config, answers=self.answers)
+        self.admitter = Admitter(
+            self.world, client, self.config, answers=self.answers, leading=self.is_leader
+        )
         self.pods = PodPinner(self.world, self.config, client=client)
         self.elector = LeaderElector(
             client,
@@ -243,10 +245,12 @@ class Manager:
 
     def _started_leading(self) -> None:
         self.run_metrics.leader.set(1)
+        self.world.written.clear()  # only this term's own writes (World.written_device)
         self._controller_task = asyncio.create_task(self._lead(), name="controller")
 
     def _stopped_leading(self) -> None:
         self.run_metrics.leader.set(0)
+        self.world.written.clear()
         if self._controller_task is not None and not self._controller_task.done():
             self._controller_task.cancel()
 

@@ -21,7 +21,6 @@ from gpu_binder.api.types import (
     ClassCount,
     GPUBindRequest,
     GPUBindRequestSpec,
-    GPUDevice,
     NameRef,
     RequestPhase,
     VMRef,
@@ -143,22 +142,6 @@ async def forget(client: Client, created: GPUBindRequest) -> None:
             created.metadata.name,
             e,
         )
-
-
-async def answered_devices(client: Client, answered: GPUBindRequest) -> dict[str, GPUDevice]:
-    """The answered devices as the API server holds them. The binder writes its answer
-    after the devices, so a read now sees them bound; the world may not: another
-    replica's watch lags, and the leader's own world holds what its pass staged since."""
-
-    async def read(name: str) -> GPUDevice | None:
-        try:
-            return await client.get(GPUDevice, name)
-        except NotFound:
-            return None
-
-    names = answered.status.devices
-    read_all = await asyncio.gather(*(read(n) for n in names))
-    return {n: d for n, d in zip(names, read_all, strict=True) if d is not None}
 
 
 def _answered(event: WatchEvent[Any], name: str) -> GPUBindRequest | Literal["deleted"] | None:

@@ -1,5 +1,11 @@
 """Bind requests: the webhook waits, so this step answers them before anything else.
 
+A pass answers at most `Config.requests_per_pass` of them, the oldest first, and the
+reconciler runs the requests key again at once while some wait: a pass writes its binds,
+then its answers (Plan.waves), so a burst of hundreds answered in one pass had every
+webhook wait for every bind of the burst, past its bind timeout; in passes of a few dozen
+the first answers go out after a few round trips, and the total written is the same.
+
 It also deletes the answered requests their webhook left behind: the webhook deletes a
 request once it has read the answer, but a webhook that died in between leaves it, and a
 standalone VMI's request has no owner to be garbage-collected with.
@@ -7,7 +13,8 @@ standalone VMI's request has no owner to be garbage-collected with.
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
@@ -26,10 +33,27 @@ DELETIONS_PER_PASS = 50
 
 def bind_requests(ctx: Context) -> None:
     world = ctx.world
-    for rkey in sorted(world.pending_requests):
+    limit = ctx.config.requests_per_pass
+    for rkey in oldest_pending(world.pending_requests, world.requests, limit):
         req = world.requests[rkey]
         _answer(ctx, req, rkey)
     _delete_left(ctx)
+
+
+def oldest_pending(
+    pending: Iterable[str], requests: Mapping[str, GPUBindRequest], limit: int
+) -> list[str]:
+    """The pending requests a pass answers: all (limit 0) in key order, else the `limit`
+    created first (then by key), so a burst's early requests, whose webhooks have waited
+    longest, are not overtaken by later ones."""
+    if limit <= 0:
+        return sorted(pending)
+
+    def created(rkey: str) -> tuple[datetime, str]:
+        ts = requests[rkey].metadata.creation_timestamp
+        return (ts or datetime.min.replace(tzinfo=UTC), rkey)
+
+    return sorted(pending, key=created)[:limit]
 
 
 def _expires(ctx: Context, req: GPUBindRequest) -> datetime:
