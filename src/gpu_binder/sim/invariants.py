@@ -1,10 +1,12 @@
 """The invariants of DESIGN §2, checked over the store as it changes.
 
 The checker follows every write through the store's subscription hook, so transitions
-(3, 4, 6, 8) are judged on each device version in write order, not on snapshots that
-could hide a step in between; `check()` then judges the state (1, 2, 6, 8) of what changed
-since the last check only, so running it after every event costs what the event changed.
-Invariant 5 is structural (only the binder writes status.binding) and 7 is `quiet_pass`.
+(3, 4, 6, 8, 11) are judged on each device version in write order, not on snapshots that
+could hide a step in between; `check()` then judges the state (1, 2, 6, 8, 9) of what
+changed since the last check only, so running it after every event costs what the event
+changed. Invariant 5 is structural (only the binder writes status.binding), 7 is
+`quiet_pass`, 9 and 9b (an Attached device is one its VMI runs with) are sim.podcheck's,
+11 is sim.recordcheck's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
+from gpu_binder.sim.podcheck import PodChecker
+from gpu_binder.sim.recordcheck import RecordChecker
 
 Interval = tuple[str, str]  # (VMI uid, device)
 
@@ -97,6 +101,8 @@ class InvariantChecker:
         for r in client.objects(GPUUsageRecord):
             self._on_record(r, deleted=False)
         client.subscribe(self._on_event)
+        self.pods = PodChecker(client)
+        self.records = RecordChecker(client, client.clock)
 
     # --- the checks -----------------------------------------------------------------------
 
@@ -114,8 +120,10 @@ class InvariantChecker:
         self._dirty_devices.clear()
         self._dirty_vms.clear()
         out.extend(self._events_for_changes())
+        out.extend(self.pods.check())
         if records:
             out.extend(self._usage_records())
+            out.extend(self.records.check())
         self.violations.extend(out)
         return out
 
@@ -187,7 +195,9 @@ class InvariantChecker:
                 finished = iv.finished_at or self._finished.get(uid)
                 if r.spec.end is None:
                     out.append(f"(6) {what} ended but its record is still open")
-                elif finished is not None and utc(r.spec.end) != utc(finished):
+                elif finished is not None and utc(r.spec.end) not in self._finish_times(
+                    r, finished
+                ):
                     out.append(
                         f"(6) {what} ended at {finished.isoformat()} but its "
                         f"record says {r.spec.end.isoformat()}"
@@ -196,6 +206,17 @@ class InvariantChecker:
                 del self._intervals[interval]
         self._unverified.clear()
         return out
+
+    def _finish_times(self, r: GPUUsageRecord, finished: datetime) -> set[datetime]:
+        """The ends a record of a VMI that finished then may carry: the finish time (never
+        before the record's start), or that clamped to the binder's now at the close when
+        the VMI's clock was ahead of it (invariant 11)."""
+        start, finished = utc(r.spec.start), utc(finished)
+        closed = self.records.closed_at.get(f"{r.metadata.namespace}/{r.metadata.name}")
+        ends = {max(start, finished)}
+        if closed is not None:
+            ends.add(max(start, min(finished, closed)))
+        return ends
 
     # --- following the store --------------------------------------------------------------
 

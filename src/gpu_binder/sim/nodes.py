@@ -7,6 +7,7 @@ from datetime import datetime
 
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.sim.builders import node_object, ready_condition
+from gpu_binder.sim.launcher import SCHEDULABLE_LABEL
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.retry import modify, wire
 
@@ -14,7 +15,11 @@ from gpu_binder.sim.retry import modify, wire
 async def create_node(
     client: MemoryClient, name: str, now: datetime, labels: Mapping[str, str] | None = None
 ) -> Node:
-    return await client.create(node_object(name, now, labels=labels))
+    """A node as its kubelet registers it, labelled schedulable by its virt-handler's
+    heartbeat (pkg/virt-handler/heartbeat/heartbeat.go), which KubeVirt's pods select."""
+    return await client.create(
+        node_object(name, now, labels={SCHEDULABLE_LABEL: "true", **(labels or {})})
+    )
 
 
 async def set_ready(client: MemoryClient, name: str, ready: bool, now: datetime) -> Node | None:
