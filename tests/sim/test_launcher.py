@@ -41,15 +41,35 @@ def test_two_entries_of_one_device_name_ask_for_two_units() -> None:
     assert Pod.from_dict(render_launcher_pod(vmi)).resources == {"nvidia.com/H100": 2}
 
 
+OBSOLETE = {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
+
+
+def terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    return list(affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])
+
+
 def test_the_pod_copies_the_vmi_affinity_as_it_is_at_render_time() -> None:
     vmi = pin(_vmi(), "node-a")
     raw = render_launcher_pod(vmi)
     vmi["spec"]["affinity"]["nodeAffinity"] = {}
-    assert raw["spec"]["affinity"] == pin(_vmi(), "node-a")["spec"]["affinity"]
+    [term] = terms(raw)
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
 
 
-def test_a_vmi_without_affinity_renders_a_pod_without_one() -> None:
-    assert "affinity" not in render_launcher_pod(_vmi())["spec"]
+def test_a_host_model_cpu_keeps_every_term_off_obsolete_host_model_nodes() -> None:
+    [term] = terms(render_launcher_pod(pin(_vmi(), "node-a")))
+    assert term["matchExpressions"] == [OBSOLETE]
+
+
+def test_a_vmi_without_affinity_renders_a_pod_that_only_avoids_obsolete_nodes() -> None:
+    assert terms(render_launcher_pod(_vmi())) == [{"matchExpressions": [OBSOLETE]}]
+
+
+def test_a_vmi_with_a_named_cpu_model_and_no_affinity_renders_none() -> None:
+    vmi = _vmi()
+    vmi["spec"]["domain"]["cpu"] = {"model": "Skylake-Server"}
+    assert "affinity" not in render_launcher_pod(vmi)["spec"]
 
 
 def test_the_node_selector_is_the_vmis_over_kubevirts_schedulable_label() -> None:

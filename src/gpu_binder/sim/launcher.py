@@ -7,7 +7,9 @@ What decides where a pod's GPUs come from is rendered as there:
   requests of the compute container (`renderresources.go`, `WithGPUsDevicePlugins`,
   `WithHostDevicesDevicePlugins`, `requestResource`);
 - placement: the VMI's `spec.affinity`, copied at render time (`pod.Spec.Affinity =
-  vmi.Spec.Affinity.DeepCopy()`), its `nodeSelector` merged over
+  vmi.Spec.Affinity.DeepCopy()`), with `node-labeller.kubevirt.io/obsolete-host-model
+  DoesNotExist` ANDed into every required term for a host-model CPU (so every launcher pod
+  has a required node affinity, `setNodeAffinityForPod`); its `nodeSelector` merged over
   `kubevirt.io/schedulable: "true"` (`nodeselectorrenderer.go`, `NewNodeSelectorRenderer`),
   its tolerations and scheduler name;
 - identity: `generateName: virt-launcher-<vmi>-` (the API server appends 5 characters), the
@@ -38,6 +40,11 @@ DOMAIN_ANNOTATION = "kubevirt.io/domain"
 EPHEMERAL_ANNOTATION = "kubevirt.io/ephemeral-provisioning"
 VM_NAME_LABEL = "vm.kubevirt.io/name"
 COMPUTE = "compute"
+# A VMI whose CPU model is host-model (the default) keeps off nodes the node labeller marks
+# obsolete for it (template.go, setNodeAffinityForHostModelCpuModel).
+HOST_MODEL = "host-model"
+OBSOLETE_HOST_MODEL_LABEL = "node-labeller.kubevirt.io/obsolete-host-model"
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # The characters and length of the suffix the API server gives a generateName
 # (k8s.io/apimachinery/pkg/util/rand.String: no vowels, no confusable digits).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -63,6 +70,25 @@ def device_units(vmi_spec: dict[str, Any]) -> Counter[str]:
             ):
                 units[entry["deviceName"]] += 1
     return units
+
+
+def reject_label(affinity: dict[str, Any] | None, label: str) -> dict[str, Any]:
+    """The affinity with `label DoesNotExist` ANDed into every required term, or one term
+    of it alone when there are none (template.go, modifyNodeAffintyToRejectLabel)."""
+    requirement = {"key": label, "operator": "DoesNotExist"}
+    out = dict(affinity or {})
+    node = dict(out.get("nodeAffinity") or {})
+    required = node.get(_REQUIRED)
+    if required is not None:
+        terms = [
+            {**t, "matchExpressions": [*(t.get("matchExpressions") or []), requirement]}
+            for t in required.get("nodeSelectorTerms") or []
+        ]
+        node[_REQUIRED] = {**required, "nodeSelectorTerms": terms}
+    else:
+        node[_REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}
+    out["nodeAffinity"] = node
+    return out
 
 
 def is_temp_pod(pod_raw: dict[str, Any]) -> bool:
@@ -109,8 +135,12 @@ def render_launcher_pod(
         "terminationGracePeriodSeconds": grace + 2 * _GRACE_PADDING,
         "nodeSelector": {SCHEDULABLE_LABEL: "true", **(spec.get("nodeSelector") or {})},
     }
-    if spec.get("affinity") is not None:
-        pod_spec["affinity"] = json_copy({"a": spec["affinity"]})["a"]
+    affinity = json_copy({"a": spec.get("affinity")})["a"]
+    cpu = ((spec.get("domain") or {}).get("cpu")) or {}
+    if cpu.get("model", "") in ("", HOST_MODEL):
+        affinity = reject_label(affinity, OBSOLETE_HOST_MODEL_LABEL)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
     for field in ("tolerations", "schedulerName", "priorityClassName"):
         if spec.get(field):
             pod_spec[field] = json_copy({"v": spec[field]})["v"]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
@@ -59,7 +59,12 @@ from gpu_binder.sim.runstrategy import (
     StrategyError,
     run_strategy,
 )
-from gpu_binder.sim.vmistatus import MIGRATION_TARGET_ANNOTATION, VMI_FINALIZER
+from gpu_binder.sim.vmistatus import (
+    MIGRATION_TARGET_ANNOTATION,
+    VMI_FINALIZER,
+    observed,
+    with_api_version,
+)
 
 # Creates a VMI through admission: the VMI, or the denial message.
 CreateVMI = Callable[[dict[str, Any]], Awaitable[VirtualMachineInstance | str]]
@@ -129,6 +134,17 @@ class VMController:
         if vm is None:
             self._backoff.drop(key)
             return 0
+        if not observed(vm):
+            # execute: the first write to a VM not seen at this API version, alone.
+            meta = vm.metadata
+            written = await modify(
+                self.client,
+                VirtualMachine,
+                meta.name,
+                meta.namespace,
+                lambda v: None if observed(v) else cast(VirtualMachine, with_api_version(v)),
+            )
+            return 0 if written is None else 1
         vmi = self.client.peek(VirtualMachineInstance, name, namespace)
         if vmi is not None and not _owned_by(vmi, vm):
             # Another VM's (an older one of this name, being deleted) or no VM's: not
@@ -152,13 +168,13 @@ class VMController:
             return writes + await self._write_status(vm, {"instancetypeRef": ref})
         strategy = run_strategy(vm.raw)
         status = json_copy(vm.raw.get("status") or {})
-        writes += await self._run(vm, vmi, strategy, status, now)
-        vmi = self.client.peek(VirtualMachineInstance, name, namespace)
-        if vmi is not None and not _owned_by(vmi, vm):
-            vmi = None
+        started_or_stopped = await self._run(vm, vmi, strategy, status, now)
         restart = self._restart_required(vm, vmi, status)
-        if self.live_update and not restart and vmi is not None:
+        # A VMI just created or deleted is expected, not seen: the rest waits for its event
+        # (satisfiedExpectations, checked again after syncRunStrategy).
+        if self.live_update and not restart and vmi is not None and not started_or_stopped:
             writes += await self._sync_affinity(vm, vmi)
+        writes += started_or_stopped
         return writes + await self._update_status(vm, vmi, strategy, status, now)
 
     async def _run(

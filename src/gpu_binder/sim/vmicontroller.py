@@ -17,6 +17,9 @@
 - A final VMI with no pod left loses virt-api's foreground finalizer.
 - `status.activePods` maps each pod's uid to its node (`setActivePods`).
 
+Before anything else a VMI gets the API version annotations, in a write of their own
+(vmi.go, `execute`): a pass the VM controller's affinity sync may win.
+
 Times are stamped by virt-controller's clock (sim.clocks). The `kubevirt.io/nodeName`
 label KubeVirt adds with Scheduled is left out: nothing here reads it, and the VMI's
 status and metadata are written apart in the sim, a write each.
@@ -28,7 +31,7 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import Pod
@@ -40,7 +43,13 @@ from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.ratelimit import ItemBackoff
 from gpu_binder.sim.retry import modify, wire
 from gpu_binder.sim.storage import Storage
-from gpu_binder.sim.vmistatus import FOREGROUND_FINALIZER, is_receiver, with_phase
+from gpu_binder.sim.vmistatus import (
+    FOREGROUND_FINALIZER,
+    is_receiver,
+    observed,
+    with_api_version,
+    with_phase,
+)
 
 # Pod admission: the pod as admitted (patched), or why it was denied.
 AdmitPod = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | str]]
@@ -100,6 +109,9 @@ class VMIController:
         if vmi is None:
             self._backoff.drop(key)
             return 0
+        if not observed(vmi):
+            # vmi.go execute: the first write to a VMI not seen at this API version, alone.
+            return await self._observe(vmi)
         pods = self._pods(vmi)
         current = _current(vmi, pods)
         volumes = self.storage.state(vmi.raw)
@@ -215,6 +227,20 @@ class VMIController:
             vmi.metadata.namespace,
             change,
             status=True,
+        )
+        return 0 if written is None else 1
+
+    async def _observe(self, vmi: VirtualMachineInstance) -> int:
+        uid = vmi.metadata.uid
+
+        def change(current: VirtualMachineInstance) -> VirtualMachineInstance | None:
+            if current.metadata.uid != uid or observed(current):
+                return None
+            return cast(VirtualMachineInstance, with_api_version(current))
+
+        meta = vmi.metadata
+        written = await modify(
+            self.client, VirtualMachineInstance, meta.name, meta.namespace, change
         )
         return 0 if written is None else 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.sim.builders import iso
@@ -17,6 +18,28 @@ FOREGROUND_FINALIZER = "kubevirt.io/foregroundDeleteVirtualMachine"
 # staging/src/kubevirt.io/api/core/v1/types.go
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 MIGRATION_TARGET_ANNOTATION = "kubevirt.io/create-migration-target"
+# What a controller writes first on an object it has not seen at the current API version
+# (pkg/controller/controller.go, SetLatestApiVersionAnnotation), and returns: the object's
+# event brings it back for the real sync.
+API_VERSION_ANNOTATIONS = {
+    "kubevirt.io/latest-observed-api-version": "v1",
+    "kubevirt.io/storage-observed-api-version": "v1",
+}
+
+
+def observed(obj: Any) -> bool:
+    """Whether the object carries the API version annotations
+    (ObservedLatestApiVersionAnnotation)."""
+    annotations = obj.metadata.annotations
+    return all(annotations.get(k) == v for k, v in API_VERSION_ANNOTATIONS.items())
+
+
+def with_api_version(obj: Any) -> Any:
+    """obj with the API version annotations, for an update."""
+    raw = wire(obj)
+    annotations = raw["metadata"].setdefault("annotations", {})
+    annotations.update(API_VERSION_ANNOTATIONS)
+    return type(obj).from_dict(raw)
 
 
 def with_phase(
