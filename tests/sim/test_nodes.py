@@ -18,7 +18,11 @@ async def test_a_new_node_is_ready_since_its_creation(
 
 async def test_a_node_carries_its_hostname_label(store: MemoryClient, clock: VirtualClock) -> None:
     node = await create_node(store, "n1", clock.now(), {"zone": "a"})
-    assert node.metadata.labels == {HOSTNAME_LABEL: "n1", "zone": "a"}
+    assert node.metadata.labels == {
+        HOSTNAME_LABEL: "n1",
+        "zone": "a",
+        "kubevirt.io/schedulable": "true",
+    }
 
 
 async def test_readiness_keeps_its_transition_time_while_unchanged(

@@ -92,11 +92,11 @@ class Cluster:
         sweep_always: bool = False,
         *,
         skew: float = 0.0,
-        live_update: bool = True,
+        live_update: bool | None = None,
     ) -> None:
         """`skew`: how far (seconds, either way) the clocks of nodes and of virt-controller
         are off the binder's (sim.clocks); `live_update`: KubeVirt's vmRolloutStrategy is
-        LiveUpdate, its default (sim.kubevirt)."""
+        LiveUpdate (None: as the KubeVirt CR says; unset there, LiveUpdate, its default)."""
         self.clock = VirtualClock()
         self.t0 = self.clock()
         self.client = MemoryClient(clock=self.clock.now, seed=seed)
@@ -112,6 +112,7 @@ class Cluster:
         self.dirty_pass = True
         self.dirty_requests = False
         self._in_binder = False
+        self._last_denial: dict[str, str] = {}
         self.next_resync = self.clock() + self.config.resync
         for c in classes:
             self.client.put(
@@ -250,8 +251,13 @@ class Cluster:
                 stats.requests_unanswered += 1
         if isinstance(admission.outcome, str):
             stats.vmis_denied += 1
-            self.log.add(self.clock(), "webhook", f"denied {key}: {admission.outcome}")
+            # KubeVirt retries a denied start within moments, many times: the log says a
+            # denial once, until its reason changes.
+            if self._last_denial.get(key) != admission.outcome:
+                self._last_denial[key] = admission.outcome
+                self.log.add(self.clock(), "webhook", f"denied {key}: {admission.outcome}")
         else:
+            self._last_denial.pop(key, None)
             if request is None:
                 stats.vmis_admitted_pinned += 1
             else:

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from gpu_binder.api.instancetype import ControllerRevision
+from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.client.errors import AlreadyExists, ApiError, NotFound
 from gpu_binder.client.interface import WatchEvent
@@ -89,13 +90,15 @@ class VMController:
         create_vmi: CreateVMI,
         rng: random.Random | None = None,
         *,
-        live_update: bool = True,
+        live_update: bool | None = None,
     ) -> None:
+        """`live_update`: whether the rollout strategy is LiveUpdate; None reads it from the
+        KubeVirt CR, as virt-config does (unset there means LiveUpdate)."""
         self.client = client
         self.clocks = clocks
         self.create_vmi = create_vmi
         self.rng = rng or random.Random(0)
-        self.live_update = live_update
+        self._live_update = live_update
         self.affinity_syncs = 0
         self.start_errors: list[tuple[str, str]] = []
         self._dirty: set[str] = set()
@@ -107,6 +110,16 @@ class VMController:
         for vm in client.objects(VirtualMachine):
             self._dirty.add(vm.key)
         client.subscribe(self._on_event)
+
+    @property
+    def live_update(self) -> bool:
+        """IsVMRolloutStrategyLiveUpdate (pkg/virt-config/virt-config.go)."""
+        if self._live_update is not None:
+            return self._live_update
+        for cr in self.client.objects(KubeVirt):
+            config = (cr.raw.get("spec") or {}).get("configuration") or {}
+            return bool(config.get("vmRolloutStrategy", "LiveUpdate") == "LiveUpdate")
+        return True
 
     def dirty(self, key: str) -> None:
         self._dirty.add(key)
