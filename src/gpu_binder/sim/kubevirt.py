@@ -9,9 +9,13 @@ through pod admission (`admit_pod`: the pod webhooks; none by default, as on a c
 without gpu-binder's pod webhook).
 
 The VM and VMI controllers work from one queue each and see the same events, in an order
-nobody fixes: which of them takes a new VMI first — the VM controller, whose affinity sync
-undoes an affinity the webhook added, or the VMI controller, which renders the launcher
-pod from the VMI as it is — is a race, here decided per step by the seeded generator.
+nobody fixes: which of them acts on a new VMI first — the VM controller, whose affinity
+sync undoes an affinity the webhook added, or the VMI controller, which renders the
+launcher pod from the VMI as it is — is a race. The VMI controller's first pass on a VMI
+only annotates it, so the VM controller's patch usually lands first: here it does for a
+share `affinity_race` of the VMIs, drawn per VMI from the seed, its name and how many VMIs
+of that name came before it, so a run decides alike whatever else changed how often the
+parts were stepped (or the order of uids).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class KubeVirtSim:
         storage: Storage | None = None,
         seed: int = 0,
         live_update: bool | None = None,
+        affinity_race: float = 0.75,
     ) -> None:
         self.client = client
         self.clock = clock
@@ -62,12 +67,20 @@ class KubeVirtSim:
         self.clocks = clocks or Clocks(clock)
         self.storage = storage or Storage(clock)
         self.rng = random.Random(seed)
+        self.seed = seed
+        self.affinity_race = affinity_race
         self.created = 0
         self.denials: list[tuple[str, str]] = []
+        # Per VMI name: VMIs created so far, and whether the last one's race went to the
+        # VM controller.
+        self._generations: dict[str, int] = {}
+        self._sync_wins: dict[str, bool] = {}
         self.vms = VMController(
             client, self.clocks, self._create_owned, self.rng, live_update=live_update
         )
-        self.vmis = VMIController(client, self.clocks, self.storage, admit_pod, self.rng)
+        self.vmis = VMIController(
+            client, self.clocks, self.storage, admit_pod, self.rng, waits=self._sync_first
+        )
         self.scheduler = Scheduler(client, clock)
 
     # --- what users do ------------------------------------------------------------------
@@ -92,6 +105,9 @@ class KubeVirtSim:
             raw = answer
         vmi = await self.client.create(VirtualMachineInstance.from_dict(raw))
         self.created += 1
+        n = self._generations[vmi.key] = self._generations.get(vmi.key, 0) + 1
+        draw = random.Random(f"{self.seed}/{vmi.key}/{n}").random()
+        self._sync_wins[vmi.key] = draw < self.affinity_race
         return vmi
 
     async def _create_owned(self, raw: dict[str, Any]) -> VirtualMachineInstance | str:
@@ -113,9 +129,13 @@ class KubeVirtSim:
             writes += done
         return writes
 
+    def _sync_first(self, vmi: VirtualMachineInstance) -> bool:
+        """Whether the VM controller's affinity sync wins the race for this VMI and has yet
+        to land: its pod waits for it."""
+        return self._sync_wins.get(vmi.key, False) and self.vms.will_sync_affinity(vmi)
+
     async def step(self) -> int:
-        """Each controller's queue once, in an order the race decides; then scheduling."""
-        first, second = (self.vms, self.vmis) if self.rng.random() < 0.5 else (self.vmis, self.vms)
-        writes = await first.step()
-        writes += await second.step()
+        """Each controller's queue once; then scheduling."""
+        writes = await self.vms.step()
+        writes += await self.vmis.step()
         return writes + await self.scheduler.step()

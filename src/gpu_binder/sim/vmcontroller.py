@@ -355,15 +355,38 @@ class VMController:
         spec = rev.data.get("spec") if rev is not None else None
         return spec if isinstance(spec, dict) else None
 
+    def will_sync_affinity(self, vmi: VirtualMachineInstance) -> bool:
+        """Whether this controller's next sync of the VMI's VM changes the VMI's affinity
+        or nodeSelector (for the race with the VMI controller's pod, sim.kubevirt)."""
+        vm = self.client.peek(VirtualMachine, vmi.vm_name or "", vmi.metadata.namespace)
+        if vm is None or not _owned_by(vmi, vm) or vm.metadata.deletion_timestamp is not None:
+            return False
+        if not self.live_update or vmi.being_deleted:
+            return False
+        status = json_copy(vm.raw.get("status") or {})
+        conditions = {c.get("type") for c in status.get("conditions") or []}
+        if RESTART_REQUIRED in conditions or self._restart_required(vm, vmi, status):
+            return False
+        return self._affinity_wanted(vm, vmi) is not None
+
+    def _affinity_wanted(
+        self, vm: VirtualMachine, vmi: VirtualMachineInstance
+    ) -> dict[str, Any] | None:
+        """The template's affinity and nodeSelector where the VMI's differ, else None."""
+        template = self._template(vm)
+        wanted = {f: template.get(f) for f in ("affinity", "nodeSelector")}
+        have = {f: (vmi.raw.get("spec") or {}).get(f) for f in ("affinity", "nodeSelector")}
+        if all(_semantic(wanted[f]) == _semantic(have[f]) for f in wanted):
+            return None
+        return wanted
+
     async def _sync_affinity(self, vm: VirtualMachine, vmi: VirtualMachineInstance) -> int:
         """handleAffinityChangeRequest: the VMI's affinity and nodeSelector become the
         template's (instancetype applied), replaced or removed."""
         if vmi.being_deleted:
             return 0
-        template = self._template(vm)
-        wanted = {f: template.get(f) for f in ("affinity", "nodeSelector")}
-        have = {f: (vmi.raw.get("spec") or {}).get(f) for f in ("affinity", "nodeSelector")}
-        if all(_semantic(wanted[f]) == _semantic(have[f]) for f in wanted):
+        wanted = self._affinity_wanted(vm, vmi)
+        if wanted is None:
             return 0
         uid = vmi.metadata.uid
 

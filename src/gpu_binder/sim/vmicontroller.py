@@ -70,12 +70,17 @@ class VMIController:
         storage: Storage,
         admit_pod: AdmitPod | None = None,
         rng: random.Random | None = None,
+        *,
+        waits: Callable[[VirtualMachineInstance], bool] | None = None,
     ) -> None:
+        """`waits(vmi)`: whether another controller's write to the VMI lands before this
+        one renders its first pod (the race of sim.kubevirt); None: none does."""
         self.client = client
         self.clocks = clocks
         self.storage = storage
         self.admit_pod = admit_pod or admit_unchanged
         self.rng = rng or random.Random(0)
+        self.waits = waits
         self.pods_created: Counter[str] = Counter()  # "launcher" / "temporary"
         self.pod_denials: list[tuple[str, str]] = []
         self._dirty: set[str] = set()
@@ -129,7 +134,7 @@ class VMIController:
                         # A DataVolume populates: look again once it is ready.
                         if volumes.ready_at is not None:
                             self._backoff.wake(key, volumes.ready_at)
-                    else:
+                    elif self.waits is None or not self.waits(vmi):
                         result = await self._create_pod(vmi, temp=volumes.waiting)
                         failed = result < 0
                         writes += max(result, 0)
