@@ -39,6 +39,9 @@ from gpu_binder.sim.selectors import selector_matches
 from gpu_binder.sim.storage import Storage
 from gpu_binder.webhook.decision import Admitter
 
+# Steps of KubeVirt and the kubelets between two binder passes, at most (see settle).
+KUBEVIRT_STEPS = 4
+
 
 @dataclass(frozen=True)
 class ClassDef:
@@ -215,8 +218,17 @@ class Cluster:
                 self.dirty_pass = False
                 await self.reconcile(PASS_KEY)
                 busy = True
-            writes = await self.fleet.step() + await self.kubevirt.step()
-            writes += await self.kubelet.step()
+            writes = await self.fleet.step()
+            # KubeVirt's controllers, the scheduler and the kubelets take a handful of
+            # steps for what one binder pass reacts to (a start: the VMI, its pod, its
+            # node, Running): they go on until they are done or KUBEVIRT_STEPS ran, and
+            # the binder passes over what they made of it (it sees each step's writes;
+            # it does not run between each two).
+            for _ in range(KUBEVIRT_STEPS):
+                made = await self.kubevirt.step() + await self.kubelet.step()
+                writes += made
+                if not made:
+                    break
             if not busy and writes == 0:
                 return
 

@@ -2,12 +2,13 @@
 
 KubeVirt's controllers queue keys with client-go's default controller rate limiter
 (`workqueue.DefaultTypedControllerRateLimiter`; kubevirt/kubevirt
-`pkg/virt-controller/watch/vm/vm.go`, `NewController`): a failed sync is retried after
-5 ms, doubling with each consecutive failure up to 1000 s
-(`ItemExponentialFailureRateLimiter`), and a success forgets the failures. An event about
-the object queues it at once whatever the backoff, as an informer's handler does; only
-the retries wait. The limiter's overall bucket (10 per second, bursts of 100) is left
-out: the sim's events come one at a time.
+`pkg/virt-controller/watch/vm/vm.go`, `NewController`), the later of two
+(`MaxOfRateLimiter`): per item, a failed sync is retried after 5 ms, doubling with each
+consecutive failure up to 1000 s (`ItemExponentialFailureRateLimiter`), and a success
+forgets the failures; over all items, retries share a token bucket of 10 per second with
+bursts of 100 (`BucketRateLimiter`, golang.org/x/time/rate `Reserve`: a retry beyond the
+tokens waits its turn). An event about the object queues it at once whatever the
+backoff, as an informer's handler does; only the retries wait.
 """
 
 from __future__ import annotations
@@ -17,23 +18,44 @@ from datetime import datetime, timedelta
 
 BASE_SECONDS = 0.005
 MAX_SECONDS = 1000.0
+BUCKET_RATE = 10.0
+BUCKET_BURST = 100
 
 
 class ItemBackoff:
-    def __init__(self, base: float = BASE_SECONDS, cap: float = MAX_SECONDS) -> None:
+    def __init__(
+        self,
+        base: float = BASE_SECONDS,
+        cap: float = MAX_SECONDS,
+        rate: float = BUCKET_RATE,
+        burst: int = BUCKET_BURST,
+    ) -> None:
         self.base = base
         self.cap = cap
+        self.rate = rate
+        self.burst = burst
         self._failures: Counter[str] = Counter()
         self._at: dict[str, datetime] = {}
+        self._tokens = float(burst)
+        self._filled: datetime | None = None
 
     def failures(self, key: str) -> int:
         return self._failures[key]
 
     def failed(self, key: str, now: datetime) -> datetime:
-        """AddRateLimited: retry after the item's next backoff."""
+        """AddRateLimited: retry after the item's next backoff, or the bucket's turn."""
         delay = min(self.base * 2 ** self._failures[key], self.cap)
         self._failures[key] += 1
-        return self.wake(key, now + timedelta(seconds=delay))
+        return self.wake(key, now + timedelta(seconds=max(delay, self._reserve(now))))
+
+    def _reserve(self, now: datetime) -> float:
+        """Take a token; the seconds until it is there (rate.Limiter.Reserve)."""
+        if self._filled is not None:
+            elapsed = (now - self._filled).total_seconds()
+            self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
+        self._filled = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
     def wake(self, key: str, at: datetime) -> datetime:
         """AddAfter: queue the key at `at` (the earlier of two wakes wins)."""

@@ -48,10 +48,15 @@ class Scheduler:
         self._used: dict[str, Counter[str]] = {}
         self._pods_on: Counter[str] = Counter()
         self._node_shape: dict[str, NodeShape] = {}
-        for pod in client.objects(Pod):
-            self._on_pod(pod, deleted=False)
+        # Nodes with a unit of a resource free (allocatable above what bound pods ask):
+        # the nodes a pod asking for it may go to, without looking at every node.
+        self._allocatable: dict[str, dict[str, int]] = {}
+        self._free: dict[str, set[str]] = {}
         for node in client.objects(Node):
             self._node_shape[node.name] = _shape(node)
+            self._set_allocatable(node.name, node.allocatable)
+        for pod in client.objects(Pod):
+            self._on_pod(pod, deleted=False)
         client.subscribe(self._on_event)
 
     def used(self, node: str) -> Counter[str]:
@@ -93,12 +98,32 @@ class Scheduler:
     def _pick(self, pod: Pod) -> str | None:
         spec = pod.raw.get("spec") or {}
         names = named_nodes(spec)
+        for resource in pod.resources:
+            free = self._free.get(resource, set())
+            names = free if names is None else names & free
         if names is None:
             nodes = self.client.objects(Node)
         else:
             nodes = [n for x in sorted(names) if (n := self.client.peek(Node, x)) is not None]
         fit = [n.name for n in nodes if self._fits(pod, n, spec)]
         return min(fit, key=lambda n: (self._pods_on[n], n)) if fit else None
+
+    def _set_allocatable(self, node: str, allocatable: dict[str, int] | None) -> None:
+        before = self._allocatable.pop(node, {})
+        if allocatable is not None:
+            self._allocatable[node] = dict(allocatable)
+        self._refresh(node, set(before) | set(allocatable or {}))
+
+    def _refresh(self, node: str, resources: set[str] | Counter[str]) -> None:
+        allocatable = self._allocatable.get(node, {})
+        used = self._used.get(node)
+        for r in resources:
+            if allocatable.get(r, 0) - (used[r] if used else 0) > 0:
+                self._free.setdefault(r, set()).add(node)
+            else:
+                nodes = self._free.get(r)
+                if nodes is not None:
+                    nodes.discard(node)
 
     def _fits(self, pod: Pod, node: Node, spec: dict[str, Any]) -> bool:
         if not node.ready or node.unschedulable or not node_matches(spec, node):
@@ -123,6 +148,7 @@ class Scheduler:
                     self._node_shape.pop(node.name, None)
                 else:
                     self._node_shape[node.name] = shape
+                self._set_allocatable(node.name, None if shape is None else node.allocatable)
                 self._retry()
 
     def _on_pod(self, pod: Pod, deleted: bool) -> None:
@@ -131,6 +157,7 @@ class Scheduler:
         if held is not None:
             self._used[held[0]].subtract(held[1])
             self._pods_on[held[0]] -= 1
+            self._refresh(held[0], held[1])
         if deleted or pod.ended:
             self._pending.discard(key)
             self._unschedulable.discard(key)
@@ -141,6 +168,7 @@ class Scheduler:
             self._held[key] = (pod.node_name, pod.resources)
             self._used.setdefault(pod.node_name, Counter()).update(pod.resources)
             self._pods_on[pod.node_name] += 1
+            self._refresh(pod.node_name, pod.resources)
             self._pending.discard(key)
             self._unschedulable.discard(key)
         elif _unbound(pod) and key not in self._unschedulable:

@@ -320,8 +320,11 @@ class VMController:
         if last is None:
             _clear_condition(status, RESTART_REQUIRED)
             return False
-        seen = VirtualMachine.from_dict({**vm.raw, "spec": last})
-        before, current = self._template(seen), self._template(vm)
+        if last.get("instancetype"):
+            before = self._template(VirtualMachine.from_dict({**vm.raw, "spec": last}))
+        else:
+            before = (last.get("template") or {}).get("spec") or {}
+        current = self._template(vm)
         if self.live_update:
             before = {k: v for k, v in before.items() if k not in _LIVE_UPDATABLE}
             current = {k: v for k, v in current.items() if k not in _LIVE_UPDATABLE}

@@ -15,14 +15,15 @@
   a transition time: `prepareVMIPatch`); a deleted VMI's pods are deleted
   (`deleteAllMatchingPods`), and a Pending one being deleted → Failed.
 - A final VMI with no pod left loses virt-api's foreground finalizer.
-- `status.activePods` maps each pod's uid to its node (`setActivePods`).
 
 Before anything else a VMI gets the API version annotations, in a write of their own
 (vmi.go, `execute`): a pass the VM controller's affinity sync may win.
 
-Times are stamped by virt-controller's clock (sim.clocks). The `kubevirt.io/nodeName`
-label KubeVirt adds with Scheduled is left out: nothing here reads it, and the VMI's
-status and metadata are written apart in the sim, a write each.
+Times are stamped by virt-controller's clock (sim.clocks). Left out, as nothing here reads
+them and each would be a VMI write of its own: the `kubevirt.io/nodeName` label KubeVirt
+adds with Scheduled (the sim writes a VMI's status and metadata apart), and
+`status.activePods` (`setActivePods`, a pod uid → node map rewritten as pods come, get a
+node and go).
 """
 
 from __future__ import annotations
@@ -210,8 +211,7 @@ class VMIController:
             vmi.phase in ENDED and not pods
         ):
             return await self._drop_finalizer(vmi)
-        active = {p.metadata.uid: p.node_name for p in pods}
-        if phase == vmi.phase and node is None and active == _active(vmi):
+        if phase == vmi.phase and node is None:
             return 0
         now = self.clocks.now(CONTROLLER) if stamped else None
         uid, before = vmi.metadata.uid, vmi.phase
@@ -219,11 +219,7 @@ class VMIController:
         def change(current: VirtualMachineInstance) -> VirtualMachineInstance | None:
             if current.metadata.uid != uid or current.phase != before:
                 return None
-            new = with_phase(current, phase, now, node=node)
-            raw = wire(new)
-            if active or raw["status"].get("activePods"):
-                raw["status"]["activePods"] = active
-            return VirtualMachineInstance.from_dict(raw)
+            return with_phase(current, phase, now, node=node)
 
         written = await modify(
             self.client,
@@ -330,8 +326,3 @@ def _ready(pod: Pod) -> bool:
 def _down(pod: Pod) -> bool:
     """Ended or going down (controller.IsPodDownOrGoingDown)."""
     return pod.ended or pod.metadata.deletion_timestamp is not None
-
-
-def _active(vmi: VirtualMachineInstance) -> dict[str, str]:
-    active = (vmi.raw.get("status") or {}).get("activePods") or {}
-    return dict(active) if isinstance(active, dict) else {}
