@@ -12,7 +12,7 @@ import pytest
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import Pod
-from gpu_binder.api.types import GPUUsageRecord, usage_record_name
+from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase, usage_record_name
 from gpu_binder.sim.catalog import H100, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.invariants import InvariantChecker
@@ -268,3 +268,40 @@ def test_a_record_clamped_to_now_is_closed_with_the_finish_time_for_6(
     ended = store.put(VirtualMachineInstance.from_dict(raw))
     history.detach("d1", ended, end=clock.now())  # the binder clamps the future finish
     assert checker.check() == []
+
+
+# --- (4) with skewed clocks -------------------------------------------------------------
+
+
+def test_a_reset_stamped_by_a_node_clock_behind_the_binders_still_cleans_for_4(
+    store: MemoryClient, history: History, clock: VirtualClock, checker: InvariantChecker
+) -> None:
+    history.device("d1")
+    history.bind("d1", "t/a")
+    history.release("d1")
+    clock.advance(1)
+    d = store.peek(GPUDevice, "d1")
+    assert d is not None
+    behind = clock.now() - timedelta(minutes=8)
+    spec = d.spec.model_copy(update={"last_reset": behind, "last_reset_for": d.status.released_at})
+    store.put(d.model_copy(update={"spec": spec}))
+    history.status("d1", note=False, phase=Phase.AVAILABLE)
+    history.bind("d1", "t/b")
+    assert checker.check() == []
+
+
+def test_a_reset_written_before_the_release_does_not_clean_for_4(
+    store: MemoryClient, history: History, clock: VirtualClock, checker: InvariantChecker
+) -> None:
+    history.device("d1")
+    history.bind("d1", "t/a")
+    clock.advance(60)
+    d = store.peek(GPUDevice, "d1")
+    assert d is not None
+    # A reset the node's clock, minutes ahead, stamped after the coming release.
+    ahead = clock.now() + timedelta(minutes=8)
+    store.put(d.model_copy(update={"spec": d.spec.model_copy(update={"last_reset": ahead})}))
+    history.release("d1")
+    history.status("d1", note=False, phase=Phase.AVAILABLE)
+    history.bind("d1", "t/b")
+    assert numbers(checker.check()) == ["(4)"]

@@ -54,6 +54,9 @@ class _Track:
     owner: ObjectRef | None = None
     released_at: datetime | None = None
     cleaning_seen: bool = False
+    # The agent wrote a reset after the release (judged in write order: its lastReset is
+    # by the node's clock, which may be behind the binder's releasedAt).
+    reset_seen: bool = False
 
 
 @dataclass(slots=True)
@@ -265,7 +268,7 @@ class InvariantChecker:
                 self._slots[(d.spec.node_name, _slot(d))] = name
             if user is not None:
                 self._undisturbed(prev, d, old, new, user)
-            self._cleaned_before_reuse(d, old, new)
+            self._cleaned_before_reuse(prev, d, old, new)
             self._follow_attachment(prev, d)
         if (old.key if old else "") != (new.key if new else ""):
             self._seq += 1
@@ -303,22 +306,34 @@ class InvariantChecker:
             self._pending.append(f"(3) {d.name} went {phase} while VMI {user} runs on it")
 
     def _cleaned_before_reuse(
-        self, d: GPUDevice, old: ObjectRef | None, new: ObjectRef | None
+        self,
+        prev: GPUDevice | None,
+        d: GPUDevice,
+        old: ObjectRef | None,
+        new: ObjectRef | None,
     ) -> None:
         """(4) A device reaches a new VM only after a reset that followed its release."""
         track = self._tracks.setdefault(d.name, _Track(owner=old))
         if d.status.phase == Phase.CLEANING:
             track.cleaning_seen = True
+        if (
+            track.released_at is not None
+            and prev is not None
+            and d.spec.last_reset != prev.spec.last_reset
+        ):
+            track.reset_seen = True
         if new is None:
             released = d.status.released_at
             if old is not None:
                 track.released_at = released
                 track.cleaning_seen = d.status.phase == Phase.CLEANING
+                track.reset_seen = False
             elif released is not None and (
                 track.released_at is None or utc(released) > utc(track.released_at)
             ):
                 # Released again while free (a recovered Lost device): the reset must follow.
                 track.released_at = released
+                track.reset_seen = False
             return
         if old is not None and _same_owner(old, new):
             return
@@ -329,12 +344,13 @@ class InvariantChecker:
                 f"(4) {d.name} went from {old.key} to {new.key} without being released"
             )
         elif must_clean and track.owner is not None and not _same_owner(track.owner, new):
-            reset, released = d.spec.last_reset, track.released_at
+            released, echoed = track.released_at, d.spec.last_reset_for
+            # A reset the agent wrote after the release, or its echo of the release it
+            # cleaned for: never the two clocks compared (the node's may be behind).
             cleaned = (
                 track.cleaning_seen
-                and reset is not None
                 and released is not None
-                and utc(reset) >= utc(released)
+                and (track.reset_seen or (echoed is not None and utc(echoed) == utc(released)))
             )
             if not cleaned:
                 self._pending.append(
@@ -342,6 +358,7 @@ class InvariantChecker:
                     "Cleaning that ended in a reset after its release"
                 )
         track.owner, track.released_at, track.cleaning_seen = new, None, False
+        track.reset_seen = False
 
     def _follow_attachment(self, prev: GPUDevice | None, d: GPUDevice) -> None:
         before = prev.status.attachment if prev is not None else None
