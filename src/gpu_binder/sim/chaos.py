@@ -2,7 +2,9 @@
 
 Tenants start and stop VMs (`virtctl`), delete them and create others. Under --chaos the
 VMs are also made and run as KubeVirt users do, against a KubeVirt that behaves as its
-source says (sim.kubevirt): every runStrategy (and the deprecated `spec.running`), GPUs
+source says (sim.kubevirt): every runStrategy (the deprecated `spec.running`; Halted and
+Manual VMs started by virtctl, Halted ones also by setting RerunOnFailure or Once, Always
+made by virtctl start and left by virtctl stop; a few WaitAsReceiver), GPUs
 from instancetypes (whose objects are edited later: VMs keep the revision they recorded),
 disks on WaitForFirstConsumer DataVolumes (a temporary pod first), guests that power off
 or crash, template edits while running (more GPUs, fewer, another class), VMs deleted and
@@ -45,16 +47,18 @@ FAULTS = (
     "binder-down",
     "clock-step",
 )
-# How new VMs run under --chaos: None is the deprecated spec.running.
+# How new VMs are made under --chaos: stopped (None is the deprecated `running: false`),
+# so that, as in the plain workload, tenants' starts and stops decide how many run; and a
+# few receivers, whose VMI waits for a migration that never comes.
 STRATEGY_WEIGHTS: tuple[tuple[str | None, float], ...] = (
-    (None, 0.40),
-    ("Always", 0.10),
-    ("RerunOnFailure", 0.10),
-    ("Once", 0.05),
-    ("Manual", 0.22),
-    ("Halted", 0.11),
-    ("WaitAsReceiver", 0.02),
+    (None, 0.35),
+    ("Halted", 0.35),
+    ("Manual", 0.29),
+    ("WaitAsReceiver", 0.01),
 )
+# How a tenant starts a stopped VM under --chaos: `virtctl start` (a Halted VM becomes
+# Always), or by setting a strategy that starts it (RerunOnFailure, Once).
+START_WEIGHTS = (("virtctl", 0.6), ("RerunOnFailure", 0.2), ("Once", 0.2))
 # Cluster instancetypes the chaos workload's VMs may name: name -> (class, GPUs).
 INSTANCETYPES = {
     "gpu-h100-1": ("h100", 1),
@@ -154,7 +158,7 @@ async def step(c: Cluster, w: Workload, chaos: bool) -> bool:
     # Tenants start a VM less often than they stop one, so about 40% of VMs want to run:
     # near the cluster's capacity, where placement and requests are tested hardest.
     if roll < 0.30:
-        await c.set_running(key, True)
+        await start(c, w, key) if w.kubevirt else await c.set_running(key, True)
     elif roll < 0.72 - (0.06 if chaos else 0.0):
         await c.set_running(key, False)
     elif chaos and roll < 0.72:
@@ -167,6 +171,19 @@ async def step(c: Cluster, w: Workload, chaos: bool) -> bool:
     else:
         await c.tick(rng.choice((1, 5, 30, 120)))
     return False
+
+
+async def start(c: Cluster, w: Workload, key: str) -> None:
+    """A tenant starts the VM: `virtctl start`, or (a Halted one) by giving it a run
+    strategy that starts VMIs by itself."""
+    how = w.rng.choices([h for h, _ in START_WEIGHTS], [p for _, p in START_WEIGHTS])[0]
+    ns, _, name = key.partition("/")
+    vm = c.client.peek(VirtualMachine, name, ns)
+    strategy = (vm.raw.get("spec") or {}).get("runStrategy") if vm is not None else None
+    if how == "virtctl" or strategy != "Halted":
+        await c.set_running(key, True)
+    else:
+        await c.set_run_strategy(key, how)
 
 
 async def kubevirt_event(c: Cluster, w: Workload, rng: random.Random, key: str) -> None:

@@ -365,6 +365,19 @@ class Cluster:
         await self.settle()
         return refused
 
+    async def set_run_strategy(self, key: str, strategy: str) -> None:
+        """A tenant sets the VM's spec.runStrategy (kubectl patch)."""
+        ns, _, name = key.partition("/")
+
+        def change(vm: VirtualMachine) -> VirtualMachine | None:
+            raw = wire(vm)
+            raw["spec"].pop("running", None)
+            raw["spec"]["runStrategy"] = strategy
+            return VirtualMachine.from_dict(raw)
+
+        await modify(self.client, VirtualMachine, name, ns, change)
+        await self.settle()
+
     async def guest_ends(self, key: str, failed: bool = False) -> None:
         """The guest of the VM's VMI powers off (or crashes): the VMI ends on its own."""
         ns, _, name = key.partition("/")

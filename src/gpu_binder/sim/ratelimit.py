@@ -13,6 +13,7 @@ backoff, as an informer's handler does; only the retries wait.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from datetime import datetime, timedelta
 
@@ -36,6 +37,8 @@ class ItemBackoff:
         self.burst = burst
         self._failures: Counter[str] = Counter()
         self._at: dict[str, datetime] = {}
+        # The wake times in order; an entry whose time is no longer the key's is stale.
+        self._heap: list[tuple[datetime, str]] = []
         self._tokens = float(burst)
         self._filled: datetime | None = None
 
@@ -62,6 +65,7 @@ class ItemBackoff:
         found = self._at.get(key)
         if found is None or at < found:
             self._at[key] = at
+            heapq.heappush(self._heap, (at, key))
         return self._at[key]
 
     def forget(self, key: str) -> None:
@@ -75,9 +79,13 @@ class ItemBackoff:
 
     def due(self, now: datetime) -> set[str]:
         """The keys whose wake time has come; their timers are spent."""
-        out = {k for k, t in self._at.items() if t <= now}
-        for k in out:
-            del self._at[k]
+        out = set()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, key = heapq.heappop(heap)
+            if self._at.get(key) == at:
+                del self._at[key]
+                out.add(key)
         return out
 
     def next_wake(self) -> datetime | None:
