@@ -24,8 +24,11 @@ async def test_invariants_hold_under_chaos(seed: int) -> None:
     assert figures["violations"] == []
 
 
-@ISSUE_10
-@pytest.mark.parametrize("seed", range(1, 9))
+# Where a VMI runs off its set (the pin lost), incremental passes attach and adopt later
+# than a sweep does on these seeds; 5 and 8 decide alike even so.
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=ISSUE_10) if s not in (5, 8) else s for s in range(1, 9)]
+)
 async def test_incremental_passes_decide_as_full_sweeps_would(seed: int) -> None:
     # Without defragmentation: it runs on resync sweeps and while an order newly waits, by
     # design (binder.steps.defrag), so a binder sweeping on every pass makes room sooner
