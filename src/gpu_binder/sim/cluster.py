@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpu_binder.api.instancetype import VirtualMachineClusterInstancetype
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import GPUBindRequest, GPUDevice
@@ -23,9 +22,10 @@ from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
+from gpu_binder.sim import tenants
 from gpu_binder.sim.admission import call_pod_webhook, call_webhook, pod_pinner
 from gpu_binder.sim.agent import AgentFleet
-from gpu_binder.sim.builders import cluster_instancetype, devices, kubevirt_object, vm_object
+from gpu_binder.sim.builders import kubevirt_object, vm_object
 from gpu_binder.sim.catalog import GPUModel, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.clocks import Clocks
@@ -34,7 +34,6 @@ from gpu_binder.sim.kubelet import Kubelet
 from gpu_binder.sim.kubevirt import KubeVirtSim
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
-from gpu_binder.sim.retry import modify, wire
 from gpu_binder.sim.selectors import selector_matches
 from gpu_binder.sim.storage import Storage
 from gpu_binder.webhook.decision import Admitter
@@ -332,30 +331,14 @@ class Cluster:
     def add_instancetype(self, name: str, gpus: dict[str, int]) -> None:
         """A cluster instancetype giving these GPUs (or new GPUs for one of that name: VMs
         that recorded a revision of it keep the old)."""
-        raw = cluster_instancetype(name, self.resources(gpus))
-        found = self.client.peek(VirtualMachineClusterInstancetype, name)
-        if found is None:
-            self.client.put(VirtualMachineClusterInstancetype.from_dict(raw))
-        else:
-            raw["metadata"] = found.metadata.to_dict()
-            raw["metadata"]["generation"] = found.metadata.generation + 1
-            self.client.put(VirtualMachineClusterInstancetype.from_dict(raw))
+        tenants.put_instancetype(self.client, name, self.resources(gpus))
 
     async def edit_template(self, key: str, gpus: dict[str, int]) -> bool:
         """A tenant edits the VM's template to order gpus instead (a running VMI keeps what
         it has; the next start runs the new template); False when the VM is gone."""
-        ns, _, name = key.partition("/")
-        names = self.resources(gpus)
-
-        def change(vm: VirtualMachine) -> VirtualMachine | None:
-            raw = wire(vm)
-            template = raw["spec"].setdefault("template", {}).setdefault("spec", {})
-            template.setdefault("domain", {})["devices"] = devices(names)
-            return VirtualMachine.from_dict(raw)
-
-        written = await modify(self.client, VirtualMachine, name, ns, change)
+        edited = await tenants.edit_devices(self.client, key, self.resources(gpus))
         await self.settle()
-        return written is not None
+        return edited
 
     async def set_running(self, key: str, running: bool) -> str | None:
         """`virtctl start` / `stop`; the refusal (the VM runs already, its strategy does not
@@ -367,15 +350,7 @@ class Cluster:
 
     async def set_run_strategy(self, key: str, strategy: str) -> None:
         """A tenant sets the VM's spec.runStrategy (kubectl patch)."""
-        ns, _, name = key.partition("/")
-
-        def change(vm: VirtualMachine) -> VirtualMachine | None:
-            raw = wire(vm)
-            raw["spec"].pop("running", None)
-            raw["spec"]["runStrategy"] = strategy
-            return VirtualMachine.from_dict(raw)
-
-        await modify(self.client, VirtualMachine, name, ns, change)
+        await tenants.set_run_strategy(self.client, key, strategy)
         await self.settle()
 
     async def guest_ends(self, key: str, failed: bool = False) -> None:

@@ -12,10 +12,11 @@ Per VM, in the order of `sync`:
   requests only; Halted stops; WaitAsReceiver creates a receiver VMI;
 - a VMI starts as `startVMI` makes it (`SetupVMIFromVM`: the template's metadata and spec,
   the VM as controller owner; the VM's spec recorded in a `revision-start-vm-<uid>-<gen>`
-  ControllerRevision, sim.startrevisions; the instancetype's devices applied, `ApplyToVMI`; the controller's
-  finalizer) and is created through admission; a failed start is retried with the
-  workqueue's backoff (sim.ratelimit), a VMI that failed before it ran with the start
-  failure backoff (`syncStartFailureStatus`, `calculateStartBackoffTime`);
+  ControllerRevision, sim.startrevisions; the instancetype's devices applied,
+  `ApplyToVMI`; the controller's finalizer) and is created through admission; a failed
+  start is retried with the workqueue's backoff (sim.ratelimit), a VMI that failed before
+  it ran with the start failure backoff (`syncStartFailureStatus`,
+  `calculateStartBackoffTime`);
 - with the LiveUpdate rollout strategy (KubeVirt's default) and no RestartRequired
   (`syncRestartRequired`: the template spec, instancetype applied, changed since the start
   beyond what is live-updatable), the VMI's affinity and nodeSelector are made the
