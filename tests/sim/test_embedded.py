@@ -146,3 +146,13 @@ async def test_the_binders_cache_holds_only_open_records_before_and_after_a_new_
     c.restart_binder()
     assert [r.spec.vm for r in c.world.records.values()] == ["vm2"]
     assert c.check() == []
+
+
+async def test_a_run_stopped_by_violations_says_how_many_events_it_played(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_binder.sim import command
+
+    monkeypatch.setattr(command.Cluster, "check", lambda self: ["(1) made up"])
+    figures = await command.run(2, 2, 4, 100, 1, False, max_violations=3)
+    assert figures["events"] == 4 and figures["violation_counts"] == {"(1)": 4}

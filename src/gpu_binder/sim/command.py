@@ -31,7 +31,7 @@ from gpu_binder.sim.trace import CREATE, TraceWorkload, build_trace
 FIGURES = {
     "devices": "GPUDevices at the end",
     "vms": "VMs at the end",
-    "events": "workload events asked for (fewer were played if violations stopped the run)",
+    "events": "workload events played (fewer than asked when violations stopped the run)",
     "faults": "events that were faults (--chaos)",
     "binds": "sets the binder bound (Events GPUOrder, GPURequest)",
     "moves": "sets the binder moved to another node (Events GPUMove)",
@@ -88,16 +88,17 @@ async def run(
     gc.freeze()  # the cluster's objects live for the whole run: the collector need not scan them
     violations: list[str] = []
     counts: dict[str, int] = {}
-    faults = 0
+    faults = played = 0
     for _ in range(events):
         faults += await step(c, w, chaos)
+        played += 1
         check(c, violations, counts)
         if max_violations and sum(counts.values()) > max_violations:
             break
     return {
         "devices": len(c.client.objects(GPUDevice)),
         "vms": len(w.keys),
-        "events": events,
+        "events": played,
         "faults": faults,
         **figures(c),
         "vms_recreated": w.recreated,
