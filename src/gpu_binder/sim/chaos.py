@@ -129,9 +129,15 @@ async def build(
     sweep_always: bool = False,
     config: Config | None = None,
     chaos: bool = False,
+    live_update: bool | None = None,
 ) -> tuple[Cluster, Workload]:
     c = Cluster(
-        CLASSES, config, seed=seed, sweep_always=sweep_always, skew=CHAOS_SKEW if chaos else 0.0
+        CLASSES,
+        config,
+        seed=seed,
+        sweep_always=sweep_always,
+        skew=CHAOS_SKEW if chaos else 0.0,
+        live_update=live_update,
     )
     for i in range(nodes):
         await c.add_node(f"node-{i:04d}", "l40s" if i % 4 == 3 else "h100", gpus_per_node)

@@ -81,10 +81,14 @@ async def run(
     config: Config | None = None,
     *,
     max_violations: int = MAX_LISTED,
+    live_update: bool | None = None,
 ) -> dict[str, Any]:
-    """The random workload; it stops once more than max_violations were found (0: never)."""
+    """The random workload; it stops once more than max_violations were found (0: never);
+    live_update=False runs KubeVirt with the Stage rollout strategy (no affinity sync)."""
     started = time.perf_counter()
-    c, w = await build(nodes, gpus_per_node, vms, seed, sweep_always, config, chaos=chaos)
+    c, w = await build(
+        nodes, gpus_per_node, vms, seed, sweep_always, config, chaos=chaos, live_update=live_update
+    )
     gc.freeze()  # the cluster's objects live for the whole run: the collector need not scan them
     violations: list[str] = []
     counts: dict[str, int] = {}
@@ -245,9 +249,19 @@ def main_sim(
     chaos: bool,
     as_json: bool,
     max_violations: int = MAX_LISTED,
+    live_update: bool | None = None,
 ) -> int:
     figures = asyncio.run(
-        run(nodes, gpus_per_node, vms, events, seed, chaos, max_violations=max_violations)
+        run(
+            nodes,
+            gpus_per_node,
+            vms,
+            events,
+            seed,
+            chaos,
+            max_violations=max_violations,
+            live_update=live_update,
+        )
     )
     return report(figures, as_json)
 
@@ -301,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"random: stop once more than N violations were found (0: play every event; "
         f"default {MAX_LISTED})",
     )
+    p.add_argument(
+        "--vm-rollout-strategy",
+        choices=("LiveUpdate", "Stage"),
+        default="LiveUpdate",
+        help="random: KubeVirt's vmRolloutStrategy (default LiveUpdate, KubeVirt's own "
+        "default, under which the VM controller syncs a VMI's affinity to its template's)",
+    )
     p.add_argument("--chaos", action="store_true", help="inject faults at random")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
@@ -326,6 +347,7 @@ def main_sim_cli(argv: Sequence[str]) -> int:
             args.chaos,
             args.json,
             args.max_violations,
+            args.vm_rollout_strategy == "LiveUpdate",
         )
     if args.trace_pods is not None and args.trace_pods < 1:
         return usage("--trace-pods must be at least 1")
