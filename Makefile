@@ -49,8 +49,10 @@ helm: $(STAMP)
 
 # A local API server with simulated GPU nodes, gpu-binder and its webhook running against
 # it; prints the kubeconfig to use with kubectl (Ctrl-C stops everything).
+# ARGS="--kwok 20" adds the real scheduler and controller-manager and 20 KWOK GPU nodes,
+# ARGS="--kubelet" a real node (containerd + kubelet) with the agent as its device plugin.
 dev-cluster: $(STAMP)
-	$(BIN)/python -m gpu_binder.devcluster
+	$(BIN)/python -m gpu_binder.devcluster $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

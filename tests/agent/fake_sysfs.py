@@ -131,6 +131,34 @@ class FakeHost:
             drivers.mkdir(parents=True, exist_ok=True)
             self._link(link, drivers)
 
+    def load_driver(self, driver: str) -> None:
+        """A driver's directory, as `modprobe` makes it (vfio-pci before any GPU uses it)."""
+        (self.sys / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+
+    def kernel(self) -> None:
+        """What the kernel makes of the writes to drivers' unbind and bind files: an
+        address written to unbind leaves that driver, one written to bind joins it when its
+        driver_override allows. The files are emptied, as sysfs shows them."""
+        drivers = sorted((self.sys / "bus" / "pci" / "drivers").iterdir())
+        for action in ("unbind", "bind"):
+            for d in drivers:
+                f = d / action
+                address = f.read_text().strip() if f.is_file() else ""
+                if not address:
+                    continue
+                f.write_text("")
+                if action == "unbind":
+                    self.bind(address, None)
+                    continue
+                override = self.path(address) / "driver_override"
+                wanted = override.read_text().strip() if override.exists() else ""
+                if wanted in ("", d.name):
+                    self.bind(address, d.name)
+
+    def driver(self, address: str) -> str:
+        link = self.path(address) / "driver"
+        return os.path.basename(os.readlink(link)) if link.is_symlink() else ""
+
     def remove(self, address: str) -> None:
         """The function vanished (fell off the bus, or was unplugged)."""
         (self.bus / address).unlink()

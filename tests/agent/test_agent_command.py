@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import signal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from fake_sysfs import H100_GPUS, hgx_h100, l40s_x4
 from gpu_binder.agent.command import dry_run, main_agent, node_name, parser, run
 from gpu_binder.api.kinds import T
 from gpu_binder.api.types import GPUDevice
+from gpu_binder.cli.logs import JSONFormatter
 from gpu_binder.client.errors import Forbidden
 from gpu_binder.client.interface import ListResult
 from gpu_binder.sim.memory import MemoryClient
@@ -90,7 +93,7 @@ async def test_sighup_rescans_at_once_and_sigterm_stops_the_agent(tmp_path: Path
     host = l40s_x4(tmp_path)
     client = MemoryClient()
     args = parser().parse_args(
-        ["--root", str(tmp_path), "--node", "node-a", "--interval", "3600", "--no-device-plugin"]
+        ["--root", str(tmp_path), "--node", "node-a", "--interval", "1h", "--no-device-plugin"]
     )
     task = asyncio.create_task(run(args, client))
 
@@ -155,3 +158,66 @@ def test_a_refused_read_ends_a_once_pass_with_the_apis_reason(
     assert capsys.readouterr().err.endswith(
         "gpu-binder agent: GPUDevice is forbidden: no RBAC for the agent\n"
     )
+
+
+# --- flags as `gpu-binder run` takes them ------------------------------------------------
+
+
+def test_intervals_are_go_durations_as_for_run(tmp_path: Path) -> None:
+    args = parser().parse_args(["--interval", "30s", "--resync", "1h30m"])
+    assert args.interval == timedelta(seconds=30)
+    assert args.resync == timedelta(hours=1, minutes=30)
+    defaults = parser().parse_args([])
+    assert (defaults.interval, defaults.resync) == (timedelta(seconds=10), timedelta(minutes=5))
+
+
+def test_a_bare_number_is_refused_with_the_form_to_use(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parser().parse_args(["--interval", "30"])
+    assert exit_.value.code == 2
+    assert "use Go form such as 30s, 5m, 1h30m" in capsys.readouterr().err
+
+
+def test_every_flag_can_come_from_a_gpu_binder_variable_and_a_flag_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPU_BINDER_INTERVAL", "1m")
+    monkeypatch.setenv("GPU_BINDER_RESYNC", "10m")
+    monkeypatch.setenv("GPU_BINDER_VENDOR", "0x10de, 0x1002")
+    monkeypatch.setenv("GPU_BINDER_NO_DEVICE_PLUGIN", "true")
+    monkeypatch.setenv("GPU_BINDER_ROOT", "/host")
+    monkeypatch.setenv("GPU_BINDER_LOG_FORMAT", "text")
+    args = parser().parse_args(["--resync", "2m"])
+    assert args.interval == timedelta(minutes=1)
+    assert args.resync == timedelta(minutes=2)
+    assert args.vendor == ["0x10de", "0x1002"]
+    assert args.no_device_plugin is True
+    assert args.root == Path("/host")
+    assert args.log_format == "text"
+
+
+def test_a_bad_variable_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_BINDER_INTERVAL", "often")
+    with pytest.raises(SystemExit):
+        parser().parse_args([])
+    assert "GPU_BINDER_INTERVAL: invalid duration 'often'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("fmt", "json_lines"), [("json", True), ("text", False)])
+def test_log_format_json_writes_one_object_per_line(
+    tmp_path: Path, fmt: str, json_lines: bool
+) -> None:
+    hgx_h100(tmp_path)
+
+    async def connect(kubeconfig: str | None) -> MemoryClient:
+        return MemoryClient()
+
+    argv = ["--root", str(tmp_path), "--node", "n1", "--once", "--no-device-plugin"]
+    try:
+        assert main_agent([*argv, f"--log-format={fmt}"], connect=connect) == 0
+        (handler,) = logging.getLogger().handlers
+        assert isinstance(handler.formatter, JSONFormatter) is json_lines
+    finally:
+        logging.getLogger().handlers.clear()

@@ -108,6 +108,26 @@ async def test_allocate_answers_the_pci_address_in_kubevirts_variable_and_the_vf
     ]
 
 
+async def test_allocate_names_the_hosts_vfio_nodes_where_the_kubelets_host_has_them(
+    kubelet: FakeKubelet, plugin_dir: Path
+) -> None:
+    # A test node keeps its VFIO nodes in a fixture tree; the container still sees them
+    # where virt-launcher opens them.
+    manager = DevicePluginManager(plugin_dir, host_vfio_dir=Path("/srv/node/dev/vfio"))
+    try:
+        await manager.update([slot()])
+        await kubelet.next_registration()
+        async with kubelet.plugin(ENDPOINT) as ch:
+            answer = await kubelet.allocate(ch, GPU)
+    finally:
+        await manager.close()
+    [container] = answer.container_responses
+    assert [(d.host_path, d.container_path) for d in container.devices] == [
+        ("/srv/node/dev/vfio/vfio", "/dev/vfio/vfio"),
+        ("/srv/node/dev/vfio/12", "/dev/vfio/12"),
+    ]
+
+
 async def test_allocate_refuses_an_unhealthy_gpu_and_a_device_it_does_not_serve(
     kubelet: FakeKubelet, manager: DevicePluginManager
 ) -> None:

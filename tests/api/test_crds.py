@@ -149,7 +149,8 @@ def test_usage_records_are_spec_only() -> None:
                 "Node": ".spec.nodeName",
                 "Class": ".status.className",
                 "Phase": ".status.phase",
-                "VM": ".status.binding.vm.name",
+                "VM": ".status.vm",
+                "Health": ".spec.health",
                 "Age": ".metadata.creationTimestamp",
             },
         ),
@@ -162,6 +163,7 @@ def test_usage_records_are_spec_only() -> None:
                 "Bound": ".status.bound",
                 "Attached": ".status.attached",
                 "Lost": ".status.lost",
+                "Cleaning": ".status.cleaning",
                 "Largest Free Set": ".status.largestFreeSet",
                 "Age": ".metadata.creationTimestamp",
             },
@@ -181,6 +183,7 @@ def test_usage_records_are_spec_only() -> None:
                 "VM": ".spec.vm",
                 "Device": ".spec.device",
                 "Class": ".spec.className",
+                "Node": ".spec.nodeName",
                 "Start": ".spec.start",
                 "End": ".spec.end",
             },
@@ -204,8 +207,11 @@ def test_every_printer_column_points_at_a_field_of_the_schema(kind: str) -> None
             continue
         here = node(kind, first)
         for step in rest:
-            assert step in here.get("properties", {}), f"{column['jsonPath']} is not in the schema"
-            here = here["properties"][step]
+            name, indexed, _ = step.partition("[")  # requests[0]: an array's first item
+            assert name in here.get("properties", {}), f"{column['jsonPath']} is not in the schema"
+            here = here["properties"][name]
+            if indexed:
+                here = here["items"]
         assert column["type"] in {"string", "integer", "date", "number", "boolean"}
 
 
@@ -244,7 +250,12 @@ def test_the_root_is_an_object_whose_metadata_belongs_to_the_api_server(kind: st
 
 
 def test_optional_fields_are_nullable_and_times_are_date_time_strings() -> None:
-    assert node("GPUDevice", "spec", "slot") == {"type": "integer", "minimum": 0, "nullable": True}
+    assert node("GPUDevice", "spec", "slot") == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 4095,
+        "nullable": True,
+    }
     assert node("GPUDevice", "spec", "lastReset") == {
         "type": "string",
         "format": "date-time",
@@ -276,9 +287,13 @@ def test_tuples_are_arrays_and_string_maps_are_additional_properties() -> None:
     assert requests["type"] == "array"
     assert requests["minItems"] == 1
     assert requests["items"]["required"] == ["className", "count"]
-    assert node("GPUBindRequest", "status", "devices")["items"] == {"type": "string"}
+    assert node("GPUBindRequest", "status", "devices")["items"] == {
+        "type": "string",
+        "maxLength": 253,
+    }
     assert node("GPUClass", "spec", "match", "nodeSelector")["additionalProperties"] == {
-        "type": "string"
+        "type": "string",
+        "maxLength": 63,
     }
 
 
@@ -411,17 +426,31 @@ def test_what_a_cel_rule_scans_is_bounded_so_its_cost_estimate_passes(
 
 def test_kubevirt_stand_ins_match_kubevirts_own_declarations() -> None:
     by_kind = {c["spec"]["names"]["kind"]: c for c in crds.kubevirt_crds()}
-    assert set(by_kind) == {"VirtualMachine", "VirtualMachineInstance", "KubeVirt"}
-    for kind, plural in [
-        ("VirtualMachine", "virtualmachines"),
-        ("VirtualMachineInstance", "virtualmachineinstances"),
-        ("KubeVirt", "kubevirts"),
-    ]:
+    # (kind, CRD name, scope, served version), as virt-operator's crds.go declares them.
+    declared = [
+        ("VirtualMachine", "virtualmachines.kubevirt.io", "Namespaced", "v1"),
+        ("VirtualMachineInstance", "virtualmachineinstances.kubevirt.io", "Namespaced", "v1"),
+        ("KubeVirt", "kubevirts.kubevirt.io", "Namespaced", "v1"),
+        (
+            "VirtualMachineInstancetype",
+            "virtualmachineinstancetypes.instancetype.kubevirt.io",
+            "Namespaced",
+            "v1beta1",
+        ),
+        (
+            "VirtualMachineClusterInstancetype",
+            "virtualmachineclusterinstancetypes.instancetype.kubevirt.io",
+            "Cluster",
+            "v1beta1",
+        ),
+    ]
+    assert set(by_kind) == {d[0] for d in declared}
+    for kind, name, scope, served in declared:
         crd = by_kind[kind]
-        assert crd["metadata"]["name"] == f"{plural}.kubevirt.io"
-        assert crd["spec"]["scope"] == "Namespaced"
+        assert crd["metadata"]["name"] == name
+        assert crd["spec"]["scope"] == scope
         (version,) = crd["spec"]["versions"]
-        assert version["name"] == "v1"
+        assert version["name"] == served
         schema = version["schema"]["openAPIV3Schema"]
         for part in ("spec", "status"):
             assert schema["properties"][part]["x-kubernetes-preserve-unknown-fields"] is True
@@ -431,4 +460,46 @@ def test_kubevirt_stand_ins_match_kubevirts_own_declarations() -> None:
         "VirtualMachine": True,
         "VirtualMachineInstance": False,
         "KubeVirt": True,
+        "VirtualMachineInstancetype": False,
+        "VirtualMachineClusterInstancetype": False,
     }
+
+
+def unbounded_scalars(schema: dict[str, Any]) -> list[str]:
+    """Integers without a minimum and a maximum, maps without maxProperties."""
+    found = []
+    for path, here in walk(schema):
+        if here.get("type") == "integer" and not ("minimum" in here and "maximum" in here):
+            found.append(path)
+        is_map = here.get("type") == "object" and "additionalProperties" in here
+        if is_map and "maxProperties" not in here:
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("kind", [spec.kind for spec in KINDS])
+def test_every_field_of_every_kind_is_bounded(kind: str) -> None:
+    # Issue 11: a forged or runaway object cannot carry a 1 MB string, slot 2^62 or a
+    # list without end. apiVersion and kind are the API server's to check.
+    schema = schema_of(kind)
+    found = unbounded(schema) + unbounded_scalars(schema)
+    assert [p for p in found if p not in (".apiVersion", ".kind")] == []
+
+
+def test_a_reservation_too_long_for_a_timedelta_is_read_as_the_longest_allowed() -> None:
+    # Stored before the schema bounded it, `99999999999999999999h` raised OverflowError in
+    # the binder's orders step.
+    from gpu_binder.api.types import RESERVATION_MAX, GPUClassSpec, ReservationSpec
+
+    spec = GPUClassSpec.model_construct(
+        resource_name="example.com/gpu",
+        reservation=ReservationSpec.model_construct(release_after_stopped="99999999999999999999h"),
+    )
+    assert spec.release_after == RESERVATION_MAX
+
+
+def test_a_duration_too_long_for_a_timedelta_is_a_value_error() -> None:
+    from gpu_binder.api.meta import parse_duration
+
+    with pytest.raises(ValueError, match="too long"):
+        parse_duration("99999999999999999999h")

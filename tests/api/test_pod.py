@@ -72,3 +72,15 @@ def test_a_pod_without_a_vmi_owner_falls_back_to_the_created_by_label() -> None:
     raw = _pod(containers=[])
     raw["metadata"]["ownerReferences"] = []  # type: ignore[index]
     assert Pod.from_dict(raw).vmi_uid == "uid-1"
+
+
+def test_a_pod_not_named_yet_is_read_as_admission_sees_it() -> None:
+    """At CREATE a pod KubeVirt renders has generateName only: the pod webhook reads it."""
+    raw = _pod(containers=[{"resources": {"limits": {"nvidia.com/GH100": "1"}}}])
+    meta = raw["metadata"]
+    assert isinstance(meta, dict)
+    del meta["name"]
+    meta["generateName"] = "virt-launcher-vm-"
+    pod = Pod.from_dict(raw)
+    assert (pod.metadata.name, pod.vmi_uid, pod.vmi_name) == ("", "uid-1", "vm")
+    assert pod.resources == {"nvidia.com/GH100": 1}

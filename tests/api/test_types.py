@@ -65,6 +65,7 @@ GPU_CLASS: dict[str, Any] = {
         "reservation": {"releaseAfterStopped": "1h30m"},
         "cleaning": "None",
         "pinning": "Node",
+        "vfioBinding": "Agent",
     },
     "status": {
         "devices": 16,
@@ -117,6 +118,8 @@ GPU_DEVICE: dict[str, Any] = {
         "lostReason": "node not ready",
         "releasedAt": "2024-05-01T08:00:00Z",
         "conditions": [CONDITION],
+        # Derived from binding (GPUDeviceStatus.vm), for the printer column.
+        "vm": "tenant/vm1",
     },
 }
 
@@ -377,3 +380,12 @@ def test_devices_of_a_long_node_name_get_records_of_their_own() -> None:
     names = {usage_record_name(uid, f"{node}-0000-3b-00-{f}") for f in range(8)}
     assert len(names) == 8
     assert all(len(n) <= 253 and n[-1].isalnum() for n in names)
+
+
+def test_a_devices_vm_is_its_binding_as_namespace_name_and_never_read_from_the_api() -> None:
+    device = GPUDevice.model_validate(
+        {**GPU_DEVICE, "status": {**GPU_DEVICE["status"], "vm": "someone/else"}}
+    )
+    assert device.status.vm == "tenant/vm1"
+    unbound = device.status.model_copy(update={"binding": None})
+    assert unbound.vm == "" and "vm" in unbound.to_dict()

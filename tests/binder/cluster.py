@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpu_binder.api.instancetype import ControllerRevision, instancetype_revision_object
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta, OwnerReference
 from gpu_binder.api.types import (
@@ -36,9 +37,11 @@ from gpu_binder.binder.config import Config
 from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
+from gpu_binder.binder.vmiorder import vm_entries
 from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import builders
+from gpu_binder.sim.builders import owner_reference
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.selectors import selector_matches
 
@@ -289,8 +292,12 @@ class Cluster:
         extra: dict[str, int] | None = None,
         annotations: dict[str, str] | None = None,
         created: datetime | None = None,
+        run_strategy: str | None = None,
+        instancetype: dict[str, Any] | None = None,
     ) -> VirtualMachine:
-        """A VM ordering `gpus` of a class's resource (plus `extra`: resource → count)."""
+        """A VM ordering `gpus` of a class's resource (plus `extra`: resource → count); with
+        `run_strategy`, spec.runStrategy instead of the deprecated spec.running; with
+        `instancetype`, its spec.instancetype matcher. Its status is kept as it was."""
         entries = [{"name": f"gpu{i}", "deviceName": resource} for i in range(gpus)]
         host = [
             {"name": f"host-{res}-{i}", "deviceName": res}
@@ -302,18 +309,68 @@ class Cluster:
         if existing is not None:
             meta = existing.metadata.to_dict()
         if annotations is not None:
-            meta["annotations"] = annotations
+            # As `kubectl apply` edits them: the annotation the binder keeps stays.
+            kept = {k: v for k, v in meta.get("annotations", {}).items() if k == DEVICES_ANNOTATION}
+            meta["annotations"] = {**kept, **annotations}
         if created is not None:
             meta["creationTimestamp"] = created.isoformat()
-        raw = {
-            "metadata": meta,
-            "spec": {
-                "running": running,
-                "template": {
-                    "spec": {"domain": {"devices": {"gpus": entries, "hostDevices": host}}}
-                },
-            },
+        spec: dict[str, Any] = {
+            "template": {"spec": {"domain": {"devices": {"gpus": entries, "hostDevices": host}}}}
         }
+        if run_strategy is not None:
+            spec["runStrategy"] = run_strategy
+        else:
+            spec["running"] = running
+        if instancetype is not None:
+            spec["instancetype"] = instancetype
+        raw: dict[str, Any] = {"metadata": meta, "spec": spec}
+        if existing is not None and existing.raw.get("status"):
+            raw["status"] = existing.raw["status"]
+        return self.client.put(VirtualMachine.from_dict(raw))
+
+    def instancetype_vm(
+        self,
+        name: str,
+        instancetype: str,
+        gpus: int = 0,
+        *,
+        kind: str = "VirtualMachineInstancetype",
+        resource: str = H100_RESOURCE,
+        running: bool = True,
+        recorded: bool = True,
+    ) -> ControllerRevision:
+        """A VM whose GPUs come from its instancetype: KubeVirt recorded the instancetype
+        (`gpus` entries of `resource`) in a revision and, when `recorded`, pointed the VM's
+        status at it (pkg/instancetype/revision/store.go). Returns the revision."""
+        rev_name = f"{name}-{instancetype}-v1beta1-uid-1"
+        vm = self.vm(name, 0, running=running, instancetype={"name": instancetype, "kind": kind})
+        rev = self.client.put(
+            ControllerRevision.from_dict(
+                instancetype_revision_object(
+                    rev_name,
+                    NAMESPACE,
+                    instancetype=instancetype,
+                    kind=kind,
+                    gpus=[resource] * gpus,
+                    owner=owner_reference(vm),
+                )
+            )
+        )
+        if recorded:
+            self.record_revision(name, rev_name, instancetype, kind)
+        return rev
+
+    def record_revision(
+        self, name: str, revision: str, instancetype: str, kind: str = "VirtualMachineInstancetype"
+    ) -> VirtualMachine:
+        ref = {"name": instancetype, "kind": kind, "controllerRevisionRef": {"name": revision}}
+        return self.vm_status(name, instancetypeRef=ref)
+
+    def vm_status(self, name: str, **status: Any) -> VirtualMachine:
+        """KubeVirt's VM controller (or virt-api) writes these fields of the VM's status:
+        runStrategy, stateChangeRequests, instancetypeRef..."""
+        raw = self._vm(name).to_dict()
+        raw["status"] = {**(raw.get("status") or {}), **status}
         return self.client.put(VirtualMachine.from_dict(raw))
 
     def _vm(self, name: str) -> VirtualMachine:
@@ -386,6 +443,11 @@ class Cluster:
                 ).to_dict()
             ]
             template = vm.raw["spec"]["template"]["spec"]
+            if vm.instancetype:
+                # KubeVirt applies the recorded instancetype to the VMI it creates.
+                applied = vm_entries(vm, self.world.revisions) or ()
+                gpus = [{"name": f"gpu{i}", "deviceName": n} for i, n in enumerate(applied)]
+                template = {**template, "domain": {"devices": {"gpus": gpus}}}
         else:
             count = gpus if gpus is not None else 1
             template = {

@@ -1,10 +1,16 @@
-"""The binder's metrics: what each tenant holds, as Prometheus scrapes it."""
+"""The binder's metrics: what each tenant holds, and what the chart's alerts read, as
+Prometheus scrapes it."""
 
 from __future__ import annotations
 
+import platform
+from importlib import metadata
+
 from prometheus_client import generate_latest
 
-from .cluster import NAMESPACE, Cluster
+from gpu_binder.binder.metrics import Metrics
+
+from .cluster import H100, NAMESPACE, Cluster
 
 
 def tenant_series(cluster: Cluster) -> dict[tuple[str, str, str], float]:
@@ -96,3 +102,58 @@ async def test_a_vmi_within_its_attachment_grace_is_not_counted_as_unmanaged(
 ) -> None:
     await unmanaged_for(cluster, 29)
     assert gauge(cluster, "gpu_binder_unmanaged_attachments") == 0
+
+
+# --- what the chart's alerts read ---------------------------------------------------------
+
+
+async def test_a_degraded_node_is_counted_past_its_grace_and_not_after_it_recovers(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 4)
+    await cluster.settle()
+    cluster.serve("node-a", [0, 1, 2])
+    await cluster.settle()
+    await cluster.settle_after(minutes=1)
+    assert gauge(cluster, "gpu_binder_degraded_nodes") == 0, "within degradedGrace"
+    await cluster.settle_after(minutes=1)
+    assert gauge(cluster, "gpu_binder_degraded_nodes") == 1
+    cluster.serve("node-a", [0, 1, 2, 3])
+    await cluster.settle()
+    assert gauge(cluster, "gpu_binder_degraded_nodes") == 0
+
+
+def oldest_cleaning(cluster: Cluster) -> dict[str, float]:
+    family = "gpu_binder_oldest_cleaning_timestamp_seconds"
+    return {
+        s.labels["class_name"]: s.value
+        for f in cluster.binder.metrics.registry.collect()
+        if f.name == family
+        for s in f.samples
+    }
+
+
+async def test_the_oldest_release_waiting_for_a_reset_is_exported_until_it_is_reset(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 2)
+    cluster.vm("first", 1)
+    cluster.vm("second", 1)
+    await cluster.settle()
+    first_released = cluster.clock.advance(minutes=1)
+    await cluster.delete_vm("first")
+    await cluster.settle()
+    cluster.clock.advance(minutes=1)
+    await cluster.delete_vm("second")
+    await cluster.settle()
+    assert oldest_cleaning(cluster) == {H100: first_released.timestamp()}
+    for name in cluster.world.devices.cleaning.copy():
+        cluster.reset(name)
+    await cluster.settle()
+    assert oldest_cleaning(cluster) == {}, "no series while nothing of the class is cleaning"
+
+
+def test_build_info_names_the_installed_version() -> None:
+    registry = Metrics().registry
+    labels = {"version": metadata.version("gpu-binder"), "python": platform.python_version()}
+    assert registry.get_sample_value("gpu_binder_build_info", labels) == 1

@@ -9,18 +9,15 @@ except under CI=true, where they fail instead.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from realcluster import Binders, BinderSetup, StartBinder  # noqa: F401 (tests import it from here)
 
-from gpu_binder.binder.config import Config
+from gpu_binder.devcluster.fleet import webhook_configuration
 from gpu_binder.envtest import (
     AssetsBuildError,
     AssetsUnavailable,
@@ -30,8 +27,6 @@ from gpu_binder.envtest import (
     free_port,
 )
 from gpu_binder.kube import KubeClient, connect
-from gpu_binder.kube.leaderelection import Timings
-from gpu_binder.kube.manager import Manager, Options, WebhookOptions
 
 _resolved: ControlPlaneAssets | str | None = None  # assets, or the reason there are none
 
@@ -68,15 +63,32 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _resolve(session.config)
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="session")
-def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
-    """One kube-apiserver + etcd for the whole session (admin: ``control_plane.admin``)."""
+def webhook_port() -> int:
+    """The port the session's binders serve their webhooks on, known before the API
+    server starts: its authorization webhook (deploy/apiserver/) calls it."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def control_plane(pytestconfig: pytest.Config, webhook_port: int) -> Iterator[ControlPlane]:
+    """One kube-apiserver + etcd for the whole session (admin: ``control_plane.admin``),
+    authorizing as deploy/apiserver/authorization-config.yaml says: the node agent's reads
+    beyond its node go to the binder's /authorize, the rest to RBAC."""
     assets = _resolve(pytestconfig)
     if isinstance(assets, str):
         if _in_ci() or assets.startswith("building"):
             pytest.fail(assets.replace("skipped", "cannot run (CI=true)"), pytrace=False)
         pytest.skip(assets)
-    with ControlPlane(assets) as cp:
+    config = REPO / "deploy" / "apiserver" / "authorization-config.yaml"
+    authorization = (
+        yaml.safe_load(config.read_text()),
+        f"https://127.0.0.1:{webhook_port}/authorize",
+    )
+    with ControlPlane(assets, authorization=authorization) as cp:
         yield cp
 
 
@@ -87,33 +99,21 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 # deploy/binder/webhook.yaml points, with a serving certificate of the control plane's CA.
 
 
-@dataclass(frozen=True)
-class BinderSetup:
-    cp: ControlPlane
-    webhook_port: int
-    cert_file: Path
-    key_file: Path
-
-
 @pytest.fixture(scope="session")
 def binder_setup(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory, webhook_port: int
 ) -> BinderSetup:
     from realcluster import DEPLOY, install, put
 
     cp = control_plane
     cp.install_crds([DEPLOY / "crds", DEPLOY / "kubevirt" / "crds.yaml"])
     install(cp, DEPLOY / "binder" / "rbac.yaml")
-    port = free_port()
+    # Every binder of the session writes under the policy narrowing its writes.
+    install(cp, DEPLOY / "binder" / "own-writes-policy.yaml")
+    port = webhook_port
     certs = tmp_path_factory.mktemp("webhook-certs")
     cert_file, key_file = cp.certs.ca.issue_serving("gpu-binder-webhook").write(certs, "tls")
-    config = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
-    hook = config["webhooks"][0]
-    hook["clientConfig"] = {
-        "url": f"https://127.0.0.1:{port}/mutate",
-        "caBundle": base64.b64encode(cp.ca_pem).decode(),
-    }
-    put(cp, config)
+    put(cp, webhook_configuration(f"https://127.0.0.1:{port}", cp.ca_pem))
     return BinderSetup(cp, port, cert_file, key_file)
 
 
@@ -121,62 +121,6 @@ def binder_setup(
 async def admin(binder_setup: BinderSetup) -> AsyncIterator[KubeClient]:
     async with await connect(str(binder_setup.cp.kubeconfig)) as client:
         yield client
-
-
-StartBinder = Callable[..., Awaitable[Manager]]
-
-
-class Binders:
-    """start_binder(config=Config(...)): a running binder with its webhook; stopped after
-    the test, or before by stop(manager) (an outage: no binder and no webhook)."""
-
-    def __init__(self, setup: BinderSetup) -> None:
-        self.setup = setup
-        self.running: list[tuple[Manager, asyncio.Event, asyncio.Task[None], KubeClient]] = []
-
-    async def __call__(
-        self, config: Config | None = None, client: KubeClient | None = None
-    ) -> Manager:
-        from realcluster import BINDER_SA, uid
-
-        setup = self.setup
-        if client is None:
-            client = await connect(str(setup.cp.kubeconfig), impersonate=BINDER_SA)
-        options = Options(
-            identity=f"test-{uid()}",
-            lease_name=f"gpu-binder-{uid()}",
-            timings=Timings(4.0, 3.0, 0.5),
-            webhook=WebhookOptions(
-                setup.cert_file,
-                setup.key_file,
-                host="127.0.0.1",
-                port=setup.webhook_port,
-            ),
-            metrics_port=None,
-        )
-        manager = Manager(client, config or Config(resync=timedelta(seconds=1)), options)
-        stop = asyncio.Event()
-        task = asyncio.create_task(manager.run(stop))
-        self.running.append((manager, stop, task, client))
-        async with asyncio.timeout(20):
-            while not (manager.ready and manager.controller.passes):
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.02)
-        return manager
-
-    async def stop(self, manager: Manager | None = None) -> None:
-        """Stop one binder (its webhook too), or every one."""
-        keep = []
-        for entry in self.running:
-            running, stop, task, client = entry
-            if manager is not None and running is not manager:
-                keep.append(entry)
-                continue
-            stop.set()
-            await task
-            await client.close()
-        self.running = keep
 
 
 @pytest.fixture

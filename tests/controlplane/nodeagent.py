@@ -39,6 +39,10 @@ PATHS = {
     "ValidatingAdmissionPolicyBinding": (
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
     ),
+    "FlowSchema": "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+    "PriorityLevelConfiguration": (
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations"
+    ),
 }
 
 

@@ -10,6 +10,8 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,9 +19,13 @@ import yaml
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUClass, GPUDevice
+from gpu_binder.binder.config import Config
 from gpu_binder.devcluster import fleet
 from gpu_binder.envtest import ControlPlane
+from gpu_binder.kube import connect
 from gpu_binder.kube.client import KubeClient
+from gpu_binder.kube.leaderelection import Timings
+from gpu_binder.kube.manager import Manager, Options, WebhookOptions
 from gpu_binder.sim import builders
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +44,12 @@ PATHS = {
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "MutatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    ),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
     ),
 }
 
@@ -182,3 +194,71 @@ async def end_vmi(admin: KubeClient, vmi: VirtualMachineInstance) -> None:
     await admin.patch(
         VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace, {"status": status}
     )
+
+
+# --- gpu-binder against the control plane ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class BinderSetup:
+    cp: ControlPlane
+    webhook_port: int
+    cert_file: Path
+    key_file: Path
+
+
+StartBinder = Callable[..., Awaitable[Manager]]
+
+
+class Binders:
+    """start_binder(config=Config(...)): a running binder with its webhook; stopped after
+    the test, or before by stop(manager) (an outage: no binder and no webhook)."""
+
+    def __init__(self, setup: BinderSetup) -> None:
+        self.setup = setup
+        self.running: list[tuple[Manager, asyncio.Event, asyncio.Task[None], KubeClient]] = []
+
+    async def __call__(
+        self, config: Config | None = None, client: KubeClient | None = None
+    ) -> Manager:
+        setup = self.setup
+        if client is None:
+            client = await connect(str(setup.cp.kubeconfig), impersonate=BINDER_SA)
+        options = Options(
+            identity=f"test-{uid()}",
+            lease_name=f"gpu-binder-{uid()}",
+            timings=Timings(4.0, 3.0, 0.5),
+            # Only the API server is served: the certificate it presents to webhooks.
+            webhook=WebhookOptions(
+                setup.cert_file,
+                setup.key_file,
+                host="127.0.0.1",
+                port=setup.webhook_port,
+                client_ca_file=setup.cp.webhook_client.ca_file,
+                client_names=(setup.cp.webhook_client.name,),
+            ),
+            metrics_port=None,
+        )
+        manager = Manager(client, config or Config(resync=timedelta(seconds=1)), options)
+        stop = asyncio.Event()
+        task = asyncio.create_task(manager.run(stop))
+        self.running.append((manager, stop, task, client))
+        async with asyncio.timeout(20):
+            while not (manager.ready and manager.controller.passes):
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.02)
+        return manager
+
+    async def stop(self, manager: Manager | None = None) -> None:
+        """Stop one binder (its webhook too), or every one."""
+        keep = []
+        for entry in self.running:
+            running, stop, task, client = entry
+            if manager is not None and running is not manager:
+                keep.append(entry)
+                continue
+            stop.set()
+            await task
+            await client.close()
+        self.running = keep

@@ -193,7 +193,7 @@ async def test_a_cleaning_gpu_that_cannot_be_reset_turns_unhealthy(
 async def test_the_running_agent_rescans_on_sighup_and_stops_on_sigterm(
     node: AgentNode, reader: KubeClient, tmp_path: Path
 ) -> None:
-    argv = [sys.executable, "-m", "gpu_binder.cli.main", "agent", *node.argv("--interval=3600")]
+    argv = [sys.executable, "-m", "gpu_binder.cli.main", "agent", *node.argv("--interval=1h")]
     log = tmp_path / "agent.log"
     with log.open("w") as stderr:
         proc = subprocess.Popen(argv, stderr=stderr)

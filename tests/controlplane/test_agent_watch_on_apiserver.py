@@ -66,7 +66,7 @@ async def test_a_gpu_put_in_cleaning_is_reset_at_once_through_the_watch(
         f"--node={node.node}",
         f"--kubeconfig={kubeconfig}",
         "--no-device-plugin",
-        "--interval=3600",
+        "--interval=1h",
         "--log-level=DEBUG",
     ]
     log = tmp_path / "agent.log"

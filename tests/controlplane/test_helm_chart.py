@@ -151,7 +151,8 @@ def test_the_chart_lints_clean_with_its_defaults_and_other_values(
 
 
 def test_its_defaults_render_the_objects_of_deploy(helm: Path) -> None:
-    chart = by_key(render(helm))
+    # `helm test`'s objects (templates/tests) are hooks, not part of the installed release.
+    chart = by_key(render(helm, flags=("--skip-tests",)))
     deploy = by_key(deploy_docs())
     assert {k for k in chart if k[0] not in CHART_ONLY} == set(deploy)
     for key, want in deploy.items():
@@ -221,17 +222,26 @@ def other_values(
             "excludedNamespaces": ["tenant-system"],
             "certificateSource": "secret",
             "secret": {"tlsCrt": certs.crt, "tlsKey": certs.key, "caBundle": certs.ca},
+            "clientAuth": {"caBundle": certs.ca, "names": ["apiserver-a", "apiserver-b"]},
         },
         "agent": {
             "devicePlugin": {"enabled": False},
-            "interval": 30,
-            "resync": 600,
+            "interval": "30s",
+            "resync": "10m",
             "vendors": ["0x10de", "0x1002"],
             "nodeSelector": None,
+            "vfioBinding": {"enabled": True},
         },
         "slotResourcePolicy": {"kubevirtNamespace": "cozy-kubevirt"},
         "rbac": {"tenantRole": False},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "prometheusRule": {
+            "enabled": True,
+            "labels": {"release": "prometheus"},
+            "namespace": monitoring,
+            "alertLabels": {"team": "gpu"},
+        },
+        "tests": {"namespace": "tenant-a"},
         "dashboard": {"namespace": monitoring},
     }
 
@@ -241,26 +251,27 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, "gb", "gpu-system", other_values(certs), tmp_path)
     kinds = sorted({d["kind"] for d in docs})
     assert "Certificate" not in kinds and "Issuer" not in kinds
-    assert {"Secret", "PodDisruptionBudget", "ServiceMonitor"} <= set(kinds)
+    assert {"Secret", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"} <= set(kinds)
     assert ("ClusterRole", "gb-tenant") not in by_key(docs)
     assert all(labels(d)["team"] == "gpu" for d in docs)
 
     hook = one(docs, "MutatingWebhookConfiguration")
     assert "annotations" not in hook["metadata"]
-    (webhook,) = hook["webhooks"]
-    assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 15)
-    assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == certs.ca
-    excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert excluded == [
-        "kube-system",
-        "kube-public",
-        "kube-node-lease",
-        "gpu-system",
-        "tenant-system",
-    ]
-    secret = one(docs, "Secret")
+    vmis, pods = hook["webhooks"]
+    system = ["kube-system", "kube-public", "kube-node-lease", "gpu-system"]
+    for webhook in (vmis, pods):
+        assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 15)
+        assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == certs.ca
+    excluded = vmis["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert excluded == [*system, "tenant-system"]
+    # Slot resources are checked on pods in every namespace but the system ones.
+    assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == system
+    secret = by_key(docs)[("Secret", "gb-webhook-tls")]
     assert secret["type"] == "kubernetes.io/tls"
     assert base64.b64decode(secret["data"]["tls.crt"]).decode() == certs.crt
+    # The CA of the API server's webhook client certificate, given as a PEM.
+    client_ca = by_key(docs)[("Secret", "gb-webhook-client-ca")]
+    assert base64.b64decode(client_ca["data"]["ca.crt"]).decode() == certs.ca
 
     binder = one(docs, "Deployment")
     pod = binder["spec"]["template"]["spec"]
@@ -268,6 +279,7 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     assert binder["spec"]["replicas"] == 3
     assert container["image"] == "registry.example/gpu-binder:9.9.9"
     assert container["args"][-1] == "--log-level=debug"
+    assert "--webhook-client-names=apiserver-a,apiserver-b" in container["args"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert {k: env[k] for k in env if k.startswith("GPU_BINDER_")} == {
         "GPU_BINDER_RESYNC": "1m",
@@ -283,13 +295,15 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
         "agent",
         "--root=/host",
         "--no-device-plugin",
-        "--interval=30",
-        "--resync=600",
+        "--interval=30s",
+        "--resync=10m",
         "--vendor=0x10de",
         "--vendor=0x1002",
     ]
     assert "nodeSelector" not in agent
     assert "device-plugins" not in {v["name"] for v in agent["volumes"]}
+    (drivers,) = [m for m in container["volumeMounts"] if m["name"] == "pci-drivers"]
+    assert drivers == {"name": "pci-drivers", "mountPath": "/host/sys/bus/pci/drivers"}
     policies = by_key(docs)
     (condition,) = policies[("ValidatingAdmissionPolicy", "gb-agent-own-node")]["spec"][
         "matchConditions"
@@ -303,7 +317,44 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
     binding = policies[("ValidatingAdmissionPolicyBinding", "gb-slot-resources")]
     assert binding["spec"]["policyName"] == "gb-slot-resources"
     assert one(docs, "ConfigMap")["metadata"]["namespace"] == "monitoring"
+    rules = one(docs, "PrometheusRule")
+    assert rules["metadata"]["namespace"] == "monitoring"
+    assert labels(rules)["release"] == "prometheus"
+    (group,) = rules["spec"]["groups"]
+    assert all(r["labels"]["team"] == "gpu" for r in group["rules"])
+    # The Service's name is the job Prometheus Operator gives the ServiceMonitor's series.
+    assert all('job="gb-webhook"' in r["expr"] for r in group["rules"])
+    (test_pod,) = [d for d in docs if d["kind"] == "Pod"]
+    assert test_pod["spec"]["containers"][0]["args"] == ["check", "--namespace", "tenant-a"]
     assert_consistent(docs, "gpu-system")
+
+
+def test_helm_test_creates_a_dry_run_gpu_vmi_where_the_webhook_serves(helm: Path) -> None:
+    docs = render(helm)
+    hooks = [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert {d["kind"] for d in hooks} == {"ServiceAccount", "Role", "RoleBinding", "Pod"}
+    for d in hooks:
+        annotations = d["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "test", d["kind"]
+        assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"], d["kind"]
+    pod = one(hooks, "Pod")
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == ["check", "--namespace", "default"]
+    assert pod["spec"]["serviceAccountName"] == one(hooks, "ServiceAccount")["metadata"]["name"]
+    # It may create VMIs in that namespace and nothing else.
+    role = one(hooks, "Role")
+    assert role["metadata"]["namespace"] == "default"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["kubevirt.io"],
+            "resources": ["virtualmachineinstances"],
+            "verbs": ["create"],
+        }
+    ]
+    hooks = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    (vmi_hook,) = [h for h in hooks if h["name"].startswith("vmi.")]
+    excluded = vmi_hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert "default" not in excluded
 
 
 def test_the_defaults_are_consistent_too(helm: Path) -> None:
@@ -318,10 +369,12 @@ def assert_consistent(docs: list[dict[str, Any]], namespace: str) -> None:
     pod = binder["spec"]["template"]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert binder["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
-    target = webhook["clientConfig"]["service"]
-    assert (target["name"], target["namespace"]) == (service["metadata"]["name"], namespace)
-    assert target["port"] in {p["port"] for p in service["spec"]["ports"]}
+    webhooks = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    for webhook in webhooks:
+        target = webhook["clientConfig"]["service"]
+        assert (target["name"], target["namespace"]) == (service["metadata"]["name"], namespace)
+        assert target["port"] in {p["port"] for p in service["spec"]["ports"]}
+    assert [w["clientConfig"]["service"]["path"] for w in webhooks] == ["/mutate", "/mutate-pods"]
     # The Secret the binder mounts is the chart's, or the one its Certificate makes.
     (tls,) = [v for v in pod["spec"]["volumes"] if v["name"] == "certs"]
     secret = tls["secret"]["secretName"]
@@ -362,27 +415,53 @@ def assert_consistent(docs: list[dict[str, Any]], namespace: str) -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"webhook": {"certificateSource": "vault"}}, "must be certManager or secret"),
+        # values.schema.json: the value's path, and what it must be.
+        (
+            {"webhook": {"certificateSource": "vault"}},
+            "at '/webhook/certificateSource': value must be one of 'certManager', 'secret'",
+        ),
+        ({"webhook": {"timeoutSeconds": 31}}, "at '/webhook/timeoutSeconds': maximum"),
+        ({"webhook": {"failurePolicy": "fail"}}, "at '/webhook/failurePolicy'"),
+        (
+            {"slotResourcePolicy": {"kubevirtNamespace": "kube' || true"}},
+            "at '/slotResourcePolicy/kubevirtNamespace'",
+        ),
+        ({"binder": {"replica": 3}}, "at '/binder': additional properties 'replica' not allowed"),
+        ({"binder": {"replicas": 0}}, "at '/binder/replicas': minimum"),
+        (
+            {"binder": {"config": {"lostgrace": "5m"}}},
+            "at '/binder/config': additional properties 'lostgrace' not allowed",
+        ),
+        ({"binder": {"config": {"lostGrace": "5"}}}, "at '/binder/config/lostGrace'"),
+        ({"agent": {"interval": 30}}, "at '/agent/interval'"),
+        ({"agent": {"vendors": ["10de"]}}, "at '/agent/vendors/0'"),
+        ({"serviceMonitor": {"enable": True}}, "additional properties 'enable' not allowed"),
+        ({"prometheusRules": {"enabled": True}}, "additional properties 'prometheusRules'"),
+        # The templates' own checks: what a schema cannot say.
         ({"webhook": {"certificateSource": "secret"}}, "webhook.secret.caBundle"),
         (
             {"webhook": {"certificateSource": "secret", "secret": {"caBundle": "x"}}},
             "webhook.secret.tlsCrt is required",
         ),
-        ({"webhook": {"timeoutSeconds": 31}}, "between 1 and 30"),
         (
-            {"slotResourcePolicy": {"kubevirtNamespace": "kube' || true"}},
-            "slotResourcePolicy.kubevirtNamespace must be a namespace name",
+            {"binder": {"replicas": 1}},
+            "binder.podDisruptionBudget.minAvailable (1) must be below binder.replicas (1)",
         ),
     ],
 )
-def test_values_that_cannot_work_are_refused_with_the_reason(
+def test_values_that_cannot_work_are_refused_naming_the_value(
     helm: Path, tmp_path: Path, values: dict[str, Any], message: str
 ) -> None:
     file = tmp_path / "values.yaml"
     file.write_text(yaml.safe_dump(values))
-    done = run_helm(helm, "template", "x", str(CHART), "--values", str(file))
-    assert done.returncode != 0
-    assert message in done.stderr, done.stderr
+    # The schema is checked by lint too; the templates' own checks only when rendering
+    # (lint reports a `required` value as INFO).
+    schema = message.startswith("at '/") or "additional properties" in message
+    for command in ("template", "lint") if schema else ("template",):
+        args = [command, *(["x"] if command == "template" else []), str(CHART)]
+        done = run_helm(helm, *args, "--values", str(file))
+        assert done.returncode != 0, command
+        assert message in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 # --- on the API server --------------------------------------------------------------------
@@ -393,6 +472,7 @@ THIRD_PARTY = [
     ("cert-manager.io", "Certificate", "certificates"),
     ("cert-manager.io", "Issuer", "issuers"),
     ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
 ]
 
 
@@ -485,7 +565,7 @@ def test_every_object_of_another_render_is_accepted_by_the_api_server(
     helm: Path, cluster: ControlPlane, tmp_path: Path
 ) -> None:
     monitoring = f"monitoring-{uid()}"
-    for ns in ("gpu-system", monitoring):
+    for ns in ("gpu-system", monitoring, "tenant-a"):
         put(cluster, {"kind": "Namespace", "metadata": {"name": ns}})
     values = other_values(certs_of(cluster), monitoring, fullname=f"gb-{uid()}")
     docs = render(helm, "gb", "gpu-system", values, tmp_path)
@@ -502,3 +582,31 @@ def test_a_refused_object_is_reported(cluster: ControlPlane) -> None:
     }
     with pytest.raises(AssertionError, match="Deployment broken"):
         dry_run_apply(cluster, [bad])
+
+
+def test_by_default_the_chart_makes_the_api_servers_webhook_client_identity(helm: Path) -> None:
+    # A CA of its own (not the cluster's client CA), the API server's client certificate
+    # from it, and the binder trusting that CA's ca.crt alone (never its key).
+    chart = by_key(render(helm))
+    ca = chart[("Certificate", "gpu-binder-webhook-client-ca")]["spec"]
+    assert ca["isCA"] is True and ca["secretName"] == "gpu-binder-webhook-client-ca"
+    client = chart[("Certificate", "gpu-binder-apiserver-webhook-client")]["spec"]
+    assert client["commonName"] == "kube-apiserver-webhook-client"
+    assert client["usages"] == ["client auth", "digital signature"]
+    assert client["issuerRef"]["name"] == "gpu-binder-webhook-client-ca"
+    pod = chart[("Deployment", "gpu-binder")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "client-ca"]
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    args = pod["containers"][0]["args"]
+    assert "--webhook-client-ca-file=/client-ca/ca.crt" in args
+
+
+def test_client_auth_off_serves_any_client_and_makes_no_client_ca(
+    helm: Path, tmp_path: Path
+) -> None:
+    docs = render(helm, values={"webhook": {"clientAuth": {"enabled": False}}}, tmp=tmp_path)
+    keys = by_key(docs)
+    assert ("Certificate", "gpu-binder-webhook-client-ca") not in keys
+    pod = keys[("Deployment", "gpu-binder")]["spec"]["template"]["spec"]
+    assert not any(a.startswith("--webhook-client") for a in pod["containers"][0]["args"])
+    assert "client-ca" not in {v["name"] for v in pod["volumes"]}

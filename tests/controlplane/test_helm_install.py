@@ -70,6 +70,8 @@ class Release:
     helm: Path
     home: Path
     values: Path
+    # What `helm install` printed: the chart's NOTES.txt, rendered.
+    installed: str = ""
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`helm <args>` against this module's control plane, in the release's namespace."""
@@ -122,15 +124,20 @@ def release(
                     "tlsKey": pair.key_pem.decode(),
                     "caBundle": cp.ca_pem.decode(),
                 },
+                # The CA of the webhook client certificate this control plane's API
+                # server presents.
+                "clientAuth": {"caBundle": cp.webhook_client.ca.cert_pem.decode()},
             },
             "serviceMonitor": {"enabled": False},
         }
         home = tmp_path_factory.mktemp("helm-home")
         file = home / "values.yaml"
         file.write_text(yaml.safe_dump(values))
-        installed = Release(cp, helm, home, file)
-        installed.run("install", RELEASE, str(CHART), "--create-namespace", "--values", str(file))
-        yield installed
+        release = Release(cp, helm, home, file)
+        done = release.run(
+            "install", RELEASE, str(CHART), "--create-namespace", "--values", str(file)
+        )
+        yield Release(cp, helm, home, file, installed=done.stdout)
 
 
 # The tests share the one release, in file order: the uninstall comes last.
@@ -150,14 +157,24 @@ def test_helm_install_stores_the_releases_objects_and_establishes_the_crds(
         assert {c["type"]: c["status"] for c in conditions}.get("Established") == "True", name
 
 
+def test_helm_install_prints_what_to_do_next(release: Release) -> None:
+    notes = release.installed.partition("NOTES:")[2]
+    assert "kubectl label node <node> gpu.cozystack.io/agent=true" in notes
+    assert "kubectl apply -f examples/gpuclass-h100-sxm.yaml" in notes
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert "kubectl gpu status" in notes
+    assert "--set prometheusRule.enabled=true" in notes
+    assert "helm never upgrades CRDs" in notes
+
+
 def test_a_vmi_asking_for_a_gpu_is_refused_while_no_binder_answers_the_webhook(
     release: Release,
 ) -> None:
     cp = release.cp
     # No kubelet: no binder pod runs, so the webhook's Service has no one behind it.
     assert release.stored(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"] == []
-    (hook,) = release.stored(OBJECTS["MutatingWebhookConfiguration"])["webhooks"]
-    assert hook["failurePolicy"] == "Fail"
+    hooks = release.stored(OBJECTS["MutatingWebhookConfiguration"])["webhooks"]
+    assert [h["failurePolicy"] for h in hooks] == ["Fail", "Fail"]
     tenant = f"tenant-{uid()}"
     put(cp, {"kind": "Namespace", "metadata": {"name": tenant}})
     vmis = f"/apis/kubevirt.io/v1/namespaces/{tenant}/virtualmachineinstances"
@@ -167,7 +184,9 @@ def test_a_vmi_asking_for_a_gpu_is_refused_while_no_binder_answers_the_webhook(
     assert refused.status == 500, refused.body
     answer = refused.json()
     assert answer["reason"] == "InternalError"
-    assert 'failed calling webhook "vmi.gpu.cozystack.io"' in answer["message"]
+    # The API server's words; the webhook's name and Service say whose it is.
+    assert 'failed calling webhook "vmi.gpu-binder.cozystack.io"' in answer["message"]
+    assert 'Post "https://gpu-binder-webhook.gpu-binder.svc:443/mutate' in answer["message"]
     assert release.get(f"{vmis}/vm").status == 404
 
 

@@ -11,6 +11,7 @@ import pytest
 from realcluster import Fleet, eventually, namespace, uid
 
 from conftest import StartBinder
+from gpu_binder.client.errors import Conflict
 from gpu_binder.envtest import ControlPlane
 from gpu_binder.kube import KubeClient
 from gpu_binder.kube.leaderelection import LeaderElector, Timings, micro_time
@@ -110,7 +111,15 @@ async def test_a_binder_whose_lease_is_taken_stops_writing_and_resumes_when_it_i
 
 
 async def _set_holder(admin: KubeClient, path: str, holder: str) -> None:
-    lease = await admin.request("GET", path)
-    now = micro_time(datetime.now(UTC))
-    lease["spec"].update(holderIdentity=holder, renewTime=now, leaseDurationSeconds=60)
-    await admin.request("PUT", path, lease)
+    """Take the Lease for `holder`: read and write again when the binder renewed it in
+    between (its renewal is a write of its own, so a 409 here is the race, not a fault)."""
+    for _ in range(10):
+        lease = await admin.request("GET", path)
+        now = micro_time(datetime.now(UTC))
+        lease["spec"].update(holderIdentity=holder, renewTime=now, leaseDurationSeconds=60)
+        try:
+            await admin.request("PUT", path, lease)
+            return
+        except Conflict:
+            continue
+    raise AssertionError(f"the Lease could not be taken for {holder!r} in 10 tries")

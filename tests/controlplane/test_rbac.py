@@ -7,8 +7,11 @@ the other tests also prove the ClusterRole is enough for the binder to work.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
-from realcluster import BINDER_SA, Fleet, namespace, put
+import yaml
+from realcluster import BINDER_SA, DEPLOY, Fleet, namespace, put
 
 from conftest import BinderSetup
 from gpu_binder.api.meta import ObjectMeta
@@ -59,10 +62,17 @@ def allowed(
         ("create", "gpubindrequests", GROUP, ""),
         ("create", "gpuusagerecords", GROUP, ""),
         ("watch", "virtualmachineinstances", "kubevirt.io", ""),
+        # The webhooks read past a lagging cache: the pod webhook a VMI it has not seen
+        # yet and its set's devices, the VMI webhook the devices a bind request names.
+        ("get", "virtualmachineinstances", "kubevirt.io", ""),
+        ("get", "gpudevices", GROUP, ""),
         ("patch", "virtualmachineinstances", "kubevirt.io", ""),
+        ("patch", "virtualmachines", "kubevirt.io", ""),
         ("patch", "kubevirts", "kubevirt.io", ""),
-        ("update", "nodes", "", "status"),
+        ("patch", "gpudevices", GROUP, ""),
+        ("patch", "nodes", "", "status"),
         ("create", "events", "events.k8s.io", ""),
+        ("watch", "controllerrevisions", "apps", ""),
     ],
 )
 def test_the_binder_may_do_what_it_does(
@@ -79,9 +89,21 @@ def test_the_binder_may_do_what_it_does(
         ("delete", "gpuusagerecords", GROUP, ""),
         ("update", "gpuclasses", GROUP, ""),
         ("update", "virtualmachineinstances", "kubevirt.io", ""),
+        ("update", "virtualmachines", "kubevirt.io", ""),
         ("update", "nodes", "", ""),
         ("get", "secrets", "", ""),
         ("create", "pods", "", ""),
+        ("create", "controllerrevisions", "apps", ""),
+        ("update", "controllerrevisions", "apps", ""),
+        # Least privilege (issue 11): the finalizer is a patch, the node condition a status
+        # patch, and nothing reads classes, VMs, nodes or the KubeVirt CR but the informers.
+        ("update", "gpudevices", GROUP, ""),
+        ("update", "nodes", "", "status"),
+        ("get", "nodes", "", ""),
+        ("get", "gpuclasses", GROUP, ""),
+        ("get", "virtualmachines", "kubevirt.io", ""),
+        ("get", "kubevirts", "kubevirt.io", ""),
+        ("update", "kubevirts", "kubevirt.io", ""),
     ],
 )
 def test_the_binder_may_do_nothing_else(
@@ -143,3 +165,101 @@ async def test_a_tenant_reads_its_records_but_writes_no_gpu_state(
             await tenant.update_status(
                 device.model_copy(update={"status": GPUDeviceStatus(class_name="mine")})
             )
+
+
+# --- every verb granted, and the code that uses it -------------------------------------
+
+RBAC = DEPLOY / "binder" / "rbac.yaml"
+# (group, resource, verb) -> where gpu-binder's code makes that request. The test below
+# fails when a grant has no entry here (unused) or an entry no grant (the binder would be
+# refused); each entry names a function that exists.
+USES: dict[tuple[str, str, str], str] = {
+    **{
+        (GROUP, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
+        "Informer._watch_until_resync (watch), of binder.world.WATCHED"
+        for kind in ("gpuclasses", "gpudevices", "gpubindrequests", "gpuusagerecords")
+        for verb in ("list", "watch")
+    },
+    **{
+        ("kubevirt.io", kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
+        "Informer._watch_until_resync (watch), of binder.world.WATCHED"
+        for kind in ("virtualmachines", "virtualmachineinstances", "kubevirts")
+        for verb in ("list", "watch")
+    },
+    **{
+        ("apps", "controllerrevisions", verb): "gpu_binder.kube.cache:Informer.relist (list), "
+        "Informer._watch_until_resync (watch), of binder.world.WATCHED"
+        for verb in ("list", "watch")
+    },
+    **{
+        ("", "nodes", verb): "gpu_binder.kube.cache:Informer.relist (list), "
+        "Informer._watch_until_resync (watch), of binder.world.WATCHED"
+        for verb in ("list", "watch")
+    },
+    (GROUP, "gpudevices", "get"): "gpu_binder.webhook.pods:PodPinner.admit (a set's devices "
+    "fresh), gpu_binder.webhook.bindrequest:answered_devices (the devices an answer names)",
+    (GROUP, "gpubindrequests", "get"): "gpu_binder.webhook.bindrequest:wait_for_answer "
+    "(its request, when the watch ends)",
+    (GROUP, "gpuusagerecords", "get"): "gpu_binder.binder.reconciler:Reconciler._write "
+    "(create answered AlreadyExists: a closed record is not cached)",
+    (GROUP, "gpudevices", "patch"): "gpu_binder.binder.reconciler:Reconciler._finalizers "
+    "(the device finalizer, binder.steps.devices.finalizers and release.release_deleted)",
+    (GROUP, "gpudevices/status", "update"): "gpu_binder.binder.reconciler:Reconciler._write "
+    "(placement and phases, the steps' device_status)",
+    (GROUP, "gpuclasses/status", "update"): "gpu_binder.binder.steps.status:class_status",
+    (GROUP, "gpubindrequests/status", "update"): "gpu_binder.binder.steps.requests:bind_requests",
+    (GROUP, "gpubindrequests", "create"): "gpu_binder.webhook.bindrequest:create",
+    (GROUP, "gpubindrequests", "delete"): "gpu_binder.webhook.bindrequest:forget (answered), "
+    "gpu_binder.binder.steps.requests:bind_requests (left behind)",
+    (GROUP, "gpuusagerecords", "create"): "gpu_binder.binder.steps.records:usage_records (open)",
+    (GROUP, "gpuusagerecords", "update"): "gpu_binder.binder.steps.records:usage_records "
+    "(close), gpu_binder.binder.reconciler:Reconciler._label_unlabelled_records",
+    ("kubevirt.io", "virtualmachineinstances", "get"): "gpu_binder.webhook.pods:PodPinner.admit",
+    ("kubevirt.io", "virtualmachineinstances", "patch"): "gpu_binder.binder.reconciler:"
+    "Reconciler._finalizers (the usage finalizer, binder.steps.records.usage_finalizers)",
+    ("kubevirt.io", "virtualmachines", "patch"): "gpu_binder.binder.reconciler:"
+    "Reconciler._write (the devices annotation, binder.steps.tenantview.vm_annotations)",
+    ("kubevirt.io", "kubevirts", "patch"): "gpu_binder.kube.client:KubeClient.apply "
+    "(binder.steps.settings.settings: permittedHostDevices)",
+    ("", "nodes/status", "patch"): "gpu_binder.binder.reconciler:Reconciler._node_condition",
+    ("events.k8s.io", "events", "create"): "gpu_binder.binder.events:ClientRecorder.record",
+    ("authentication.k8s.io", "tokenreviews", "create"): "gpu_binder.kube.metricsauth:"
+    "TokenAuthorizer._review (who scrapes /metrics)",
+    ("authorization.k8s.io", "subjectaccessreviews", "create"): "gpu_binder.kube.metricsauth:"
+    "TokenAuthorizer._review (may it get /metrics)",
+    ("coordination.k8s.io", "leases", "get"): "gpu_binder.kube.leaderelection:LeaderElector",
+    ("coordination.k8s.io", "leases", "create"): "gpu_binder.kube.leaderelection:LeaderElector",
+    ("coordination.k8s.io", "leases", "update"): "gpu_binder.kube.leaderelection:LeaderElector",
+}
+
+
+def granted() -> set[tuple[str, str, str]]:
+    roles = [
+        d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] in ("ClusterRole", "Role")
+    ]
+    return {
+        (group, resource, verb)
+        for role in roles
+        # Roles for others to hold: tenants, and whoever scrapes /metrics.
+        if role["metadata"]["name"] not in ("gpu-binder-tenant", "gpu-binder-metrics-reader")
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_every_verb_granted_is_one_the_code_uses_and_no_other() -> None:
+    assert granted() == set(USES)
+
+
+@pytest.mark.parametrize("where", sorted(set(USES.values())))
+def test_the_code_paths_named_exist(where: str) -> None:
+    for part in where.split(", "):
+        path = part.split(" (")[0]
+        if ":" not in path:
+            continue
+        module, _, qualname = path.partition(":")
+        found: object = importlib.import_module(module)
+        for attr in qualname.split("."):
+            found = getattr(found, attr)

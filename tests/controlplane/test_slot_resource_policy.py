@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import test_helm_chart
 from nodeagent import install
-from realcluster import put, uid
+from realcluster import DEPLOY, put, uid
 from test_helm_chart import by_key, render
 
 from gpu_binder.agent.slots import slot_resource
@@ -166,6 +166,8 @@ def poll(probe: Callable[[], bool], timeout: float = 30.0) -> bool:
 @pytest.fixture(scope="module")
 def setup(control_plane: ControlPlane) -> Setup:
     cp = control_plane
+    # The class policy's parameters are GPUClasses: their kind must be served.
+    cp.install_crds([DEPLOY / "crds"])
     install(cp, "slot-resource-policy.yaml")
     namespace = f"slots-{uid()}"
     put(cp, {"kind": "Namespace", "metadata": {"name": namespace}})
@@ -283,6 +285,94 @@ def test_an_admitted_pod_cannot_be_changed_to_request_a_slot(setup: Setup) -> No
     assert SLOT not in now["limits"]
 
 
+# --- every class's resourceName (issue 11 item 8) ------------------------------------------
+
+CLASS_POLICY = "gpu-binder-class-resources"
+
+
+def gpu_class(cp: ControlPlane, pinning: str) -> tuple[str, str]:
+    """A GPUClass of this test alone: (its name, its resourceName)."""
+    name = f"c-{uid()}"
+    resource = f"example.com/GPU_{name.replace('-', '_')}"
+    body = {
+        "apiVersion": "gpu.cozystack.io/v1alpha1",
+        "kind": "GPUClass",
+        "metadata": {"name": name},
+        # It matches no GPU: other tests' devices must not match two classes.
+        "spec": {
+            "resourceName": resource,
+            "pinning": pinning,
+            "match": {"vendorID": "0x10de", "deviceIDs": ["0xfffe"]},
+        },
+    }
+    answer = cp.request("POST", "/apis/gpu.cozystack.io/v1alpha1/gpuclasses", body)
+    assert answer.status == 201, answer.body
+    return name, resource
+
+
+def refused_for_class(status: int, body: dict[str, Any]) -> bool:
+    return status == 403 and f"ValidatingAdmissionPolicy '{CLASS_POLICY}'" in body.get(
+        "message", ""
+    )
+
+
+def resource_limits(name: str) -> dict[str, Any]:
+    return {"limits": {"cpu": "1", "memory": "1Gi", name: "1"}}
+
+
+@pytest.mark.parametrize("pinning", ["Node", "Device"])
+def test_a_tenants_pod_requesting_a_classs_resource_name_is_refused(
+    setup: Setup, pinning: str
+) -> None:
+    s = setup
+    name, resource = gpu_class(s.cp, pinning)
+    wanted = pod({"compute": resource_limits(resource)})
+    # A new class reaches the policy through the API server's informer: a moment.
+    dry = f"{s.pods}?dryRun=All"
+    assert poll(lambda: refused_for_class(*s.tenant.request("POST", dry, wanted)))
+    status, body = s.tenant.request("POST", s.pods, wanted)
+    assert refused_for_class(status, body), (status, body)
+    assert f"the pod requests {resource}, the resourceName of GPUClass {name}" in body["message"]
+    assert stored(s, wanted["metadata"]["name"]) == 404
+
+
+def test_a_pod_naming_a_classs_resource_name_in_an_init_container_or_request_is_refused(
+    setup: Setup,
+) -> None:
+    s = setup
+    _, resource = gpu_class(s.cp, "Node")
+    dry = f"{s.pods}?dryRun=All"
+    probe = pod({"compute": resource_limits(resource)})
+    assert poll(lambda: refused_for_class(*s.tenant.request("POST", dry, probe)))
+    for wanted in (
+        pod({"main": {}}, init={"grab": resource_limits(resource)}),
+        pod({"main": {"requests": {resource: "1"}, "limits": {resource: "1"}}}),
+    ):
+        assert refused_for_class(*s.tenant.request("POST", s.pods, wanted))
+
+
+def test_virt_controller_creates_pods_naming_a_classs_resource_name(setup: Setup) -> None:
+    s = setup
+    _, resource = gpu_class(s.cp, "Node")
+    dry = f"{s.pods}?dryRun=All"
+    probe = pod({"compute": resource_limits(resource)})
+    assert poll(lambda: refused_for_class(*s.tenant.request("POST", dry, probe))), (
+        f"{CLASS_POLICY} is not in force: an admission would prove nothing"
+    )
+    status, body = s.controller.request("POST", s.pods, pod({"compute": resource_limits(resource)}))
+    assert status == 201, body
+
+
+def test_a_deleted_class_no_longer_refuses_its_resource_name(setup: Setup) -> None:
+    s = setup
+    name, resource = gpu_class(s.cp, "Node")
+    dry = f"{s.pods}?dryRun=All"
+    probe = pod({"compute": resource_limits(resource)})
+    assert poll(lambda: refused_for_class(*s.tenant.request("POST", dry, probe)))
+    s.cp.request("DELETE", f"/apis/gpu.cozystack.io/v1alpha1/gpuclasses/{name}")
+    assert poll(lambda: s.tenant.request("POST", dry, probe)[0] == 201)
+
+
 # --- the chart's settings ------------------------------------------------------------------
 
 
@@ -325,6 +415,13 @@ def test_the_chart_lets_the_configured_virt_controller_through(
     assert f"({user})" in validation["messageExpression"]
     binding = by_key(docs)[("ValidatingAdmissionPolicyBinding", POLICY)]
     assert binding["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
+    classes = slot_policy(docs, CLASS_POLICY)
+    assert classes is not None
+    not_kubevirt, _ = classes["spec"]["matchConditions"]
+    assert not_kubevirt["expression"] == f"request.userInfo.username != '{user}'"
+    assert f"({user})" in classes["spec"]["validations"][0]["messageExpression"]
+    binding = by_key(docs)[("ValidatingAdmissionPolicyBinding", CLASS_POLICY)]
+    assert binding["spec"]["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Allow"}
 
 
 def test_the_chart_keeps_the_policy_without_the_agent_and_drops_it_when_told(
@@ -336,5 +433,6 @@ def test_the_chart_keeps_the_policy_without_the_agent_and_drops_it_when_told(
     assert slot_policy(docs, "gpu-binder-agent-own-node") is None
     docs = render(helm, values={"slotResourcePolicy": {"enabled": False}}, tmp=tmp_path)
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    assert ("ValidatingAdmissionPolicy", POLICY) not in kinds
-    assert ("ValidatingAdmissionPolicyBinding", POLICY) not in kinds
+    for name in (POLICY, CLASS_POLICY):
+        assert ("ValidatingAdmissionPolicy", name) not in kinds
+        assert ("ValidatingAdmissionPolicyBinding", name) not in kinds

@@ -179,3 +179,66 @@ def test_the_manifests_and_the_chart_run_the_image_of_this_version(manifest: str
         for c in doc["spec"]["template"]["spec"]["containers"]
     }
     assert images == {f"gpu-binder:{VERSION}"}
+
+
+# --- values.schema.json -------------------------------------------------------------------
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def camel(flag: str) -> str:
+    first, *rest = flag.lstrip("-").split("-")
+    return first + "".join(p.capitalize() for p in rest)
+
+
+def test_binder_config_in_the_schema_is_every_flag_of_run_and_no_other() -> None:
+    """binder.config's keys become GPU_BINDER_<FLAG>: a key run does not read would be
+    dropped silently, so the schema lists exactly run's flags, typed as run parses them."""
+    from gpu_binder.cli.flags import boolean, duration
+    from gpu_binder.kube.command import parser
+
+    config = schema()["properties"]["binder"]["properties"]["config"]
+    assert config["additionalProperties"] is False
+    flags = {
+        camel(a.option_strings[0]): a
+        for a in parser()._actions
+        if a.option_strings and a.dest != "help"
+    }
+    assert config["properties"].keys() == flags.keys()
+    for key, action in flags.items():
+        prop = config["properties"][key]
+        if action.type is duration:
+            assert "string" in prop["type"] and re.search(prop["pattern"], "1h30m"), key
+        elif action.type is boolean:
+            assert "boolean" in prop["type"], key
+        elif action.type is int:
+            assert "integer" in prop["type"], key
+        elif action.choices:
+            assert set(prop["enum"]) == {*action.choices, None}, key
+
+
+def value_paths(values: Any, prefix: str = "") -> set[str]:
+    """Every key path of values.yaml down to a leaf or to an empty map."""
+    if not isinstance(values, dict) or not values:
+        return {prefix}
+    return {p for k, v in values.items() for p in value_paths(v, f"{prefix}.{k}".lstrip("."))}
+
+
+def declared(node: dict[str, Any], path: str) -> bool:
+    for step in path.split("."):
+        props = node.get("properties", {})
+        if step not in props:
+            # Only a free-form map (labels, nodeSelector, resources) takes any key.
+            return node.get("additionalProperties", True) is not False
+        node = props[step]
+    return True
+
+
+def test_every_value_of_values_yaml_is_declared_in_the_schema() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = sorted(p for p in value_paths(values) if not declared(schema(), p))
+    assert not missing, f"values.schema.json does not declare {missing}"
+    assert schema()["additionalProperties"] is False, "a misspelt top-level value must fail"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_binder.cli.logs import JSONFormatter
 from gpu_binder.kube.command import main_run, parser, settings
-from gpu_binder.kube.logs import JSONFormatter
 
 
 def test_flags_set_the_binders_config_and_the_lease_timings() -> None:

@@ -43,7 +43,7 @@ async def vm(kv: KubeVirtWorld, name: str = "vm1", gpus: tuple[str, ...] = ()) -
 
 
 def revisions(kv: KubeVirtWorld) -> list[ControllerRevision]:
-    return [r for r in kv.store.objects(ControllerRevision) if r.instancetype_kind]
+    return [r for r in kv.store.objects(ControllerRevision) if r.is_instancetype]
 
 
 async def test_a_vm_naming_an_instancetype_records_a_revision_of_it(kv: KubeVirtWorld) -> None:
@@ -54,7 +54,7 @@ async def test_a_vm_naming_an_instancetype_records_a_revision_of_it(kv: KubeVirt
     vm1 = kv.vm()
     assert it is not None and vm1 is not None
     assert rev.metadata.name == f"vm1-gpu-v1beta1-{it.metadata.uid}-1"
-    assert rev.instancetype_device_names == (H100, H100)
+    assert rev.gpus + rev.host_devices == (H100, H100)
     ref = vm1.raw["status"]["instancetypeRef"]
     assert ref["controllerRevisionRef"]["name"] == rev.metadata.name
     owner = rev.metadata.owner("VirtualMachine")
@@ -108,7 +108,7 @@ async def test_the_start_revision_names_the_instancetype_revision(kv: KubeVirtWo
     await instancetype(kv, 1)
     await vm(kv)
     [rev] = revisions(kv)
-    [start] = [r for r in kv.store.objects(ControllerRevision) if not r.instancetype_kind]
+    [start] = [r for r in kv.store.objects(ControllerRevision) if not r.is_instancetype]
     assert start.data["spec"]["instancetype"]["revisionName"] == rev.metadata.name
 
 

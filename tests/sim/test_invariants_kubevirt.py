@@ -5,6 +5,7 @@ it, none in one that keeps it."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase, usage_record_
 from gpu_binder.sim.catalog import H100, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.invariants import InvariantChecker
-from gpu_binder.sim.launcher import render_launcher_pod
+from gpu_binder.sim.launcher import name_pod, render_launcher_pod
 from gpu_binder.sim.memory import MemoryClient
 
 from .histories import History
@@ -50,6 +51,7 @@ def running_pod(
         ]}}}},
         temp=temp,
     )  # fmt: skip
+    raw = name_pod(raw, random.Random(0))
     raw["spec"]["nodeName"] = node
     raw["status"] = {"phase": "Running"}
     return store.put(Pod.from_dict(raw))

@@ -3,6 +3,7 @@ the VMIs handed to it, by its node's clock."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ from gpu_binder.api.pod import Pod
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.clocks import Clocks
 from gpu_binder.sim.kubelet import VMI_FINALIZER, Kubelet, with_phase
-from gpu_binder.sim.launcher import render_launcher_pod
+from gpu_binder.sim.launcher import VIRTUALIZATION_DEVICES, name_pod, render_launcher_pod
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import create_node, set_allocatable, set_ready
 from gpu_binder.sim.retry import modify, wire
@@ -51,7 +52,7 @@ async def vmi_in(
 
 
 async def bound_pod(store: MemoryClient, vmi: VirtualMachineInstance, *, temp: bool = False) -> Pod:
-    raw = render_launcher_pod(vmi.to_dict(), temp=temp)
+    raw = name_pod(render_launcher_pod(vmi.to_dict(), temp=temp), random.Random(0))
     raw["spec"]["nodeName"] = "n1"
     return await store.create(Pod.from_dict(raw))
 
@@ -73,7 +74,7 @@ async def test_a_bound_pod_runs_holding_the_units_it_asks_for(
     pod = await bound_pod(store, vmi)
     await kubelet.step()
     assert pod_phase(store, pod) == "Running"
-    assert kubelet.in_use("n1") == {SLOT0: 1, SLOT1: 1}
+    assert kubelet.in_use("n1") == {SLOT0: 1, SLOT1: 1, **dict.fromkeys(VIRTUALIZATION_DEVICES, 1)}
 
 
 async def test_a_pod_asking_for_a_slot_the_node_does_not_serve_fails_admission(

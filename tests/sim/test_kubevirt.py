@@ -13,6 +13,7 @@ from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.pod import Pod
 from gpu_binder.sim.builders import devices, vm_object, vmi_object
 from gpu_binder.sim.clock import VirtualClock
+from gpu_binder.sim.launcher import VIRTUALIZATION_DEVICES
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
 from gpu_binder.sim.retry import modify, wire
@@ -112,8 +113,11 @@ async def test_a_vmi_gets_a_launcher_pod_rendered_from_it_through_pod_admission(
     await running_vm(kv, SLOT0)
     await kv.settle()
     [pod] = kv.pods()
-    assert pod.resources == {SLOT0: 1}
-    assert [p["metadata"]["name"] for p in kv.pod_webhook.seen] == [pod.metadata.name]
+    assert pod.resources == {SLOT0: 1, **dict.fromkeys(VIRTUALIZATION_DEVICES, 1)}
+    # Admission sees the generateName only; the API server names the pod after it.
+    [seen] = kv.pod_webhook.seen
+    assert "name" not in seen["metadata"]
+    assert pod.metadata.name.startswith(seen["metadata"]["generateName"])
 
 
 async def test_a_denied_pod_leaves_its_vmi_pending(kv: KubeVirtWorld) -> None:

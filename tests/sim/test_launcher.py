@@ -6,7 +6,12 @@ import random
 from typing import Any
 
 from gpu_binder.api.pod import Pod
-from gpu_binder.sim.launcher import is_temp_pod, render_launcher_pod
+from gpu_binder.sim.launcher import (
+    VIRTUALIZATION_DEVICES,
+    is_temp_pod,
+    name_pod,
+    render_launcher_pod,
+)
 
 from .kubevirt_world import SLOT0, SLOT1, pin
 
@@ -28,9 +33,15 @@ def _vmi(**spec: Any) -> dict[str, Any]:
     }
 
 
+def devices_of(raw: dict[str, Any]) -> dict[str, int]:
+    """The pod's units other than virt-handler's (kvm, tun, vhost-net: one each always)."""
+    resources = Pod.from_dict(raw).resources
+    assert all(resources[r] == 1 for r in VIRTUALIZATION_DEVICES)
+    return {r: n for r, n in resources.items() if r not in VIRTUALIZATION_DEVICES}
+
+
 def test_every_gpu_and_host_device_entry_is_a_unit_of_its_device_name() -> None:
-    pod = Pod.from_dict(render_launcher_pod(_vmi()))
-    assert pod.resources == {SLOT0: 1, SLOT1: 1, "mellanox.com/cx7": 1}
+    assert devices_of(render_launcher_pod(_vmi())) == {SLOT0: 1, SLOT1: 1, "mellanox.com/cx7": 1}
 
 
 def test_two_entries_of_one_device_name_ask_for_two_units() -> None:
@@ -38,7 +49,21 @@ def test_two_entries_of_one_device_name_ask_for_two_units() -> None:
     vmi["spec"]["domain"]["devices"] = {
         "gpus": [{"name": f"g{i}", "deviceName": "nvidia.com/H100"} for i in range(2)]
     }
-    assert Pod.from_dict(render_launcher_pod(vmi)).resources == {"nvidia.com/H100": 2}
+    assert devices_of(render_launcher_pod(vmi)) == {"nvidia.com/H100": 2}
+
+
+def test_a_dra_entry_asks_for_no_unit() -> None:
+    vmi = _vmi()
+    vmi["spec"]["domain"]["devices"] = {
+        "gpus": [{"name": "g", "deviceName": "nvidia.com/H100", "claimRequest": {"claimName": "c"}}]
+    }
+    assert devices_of(render_launcher_pod(vmi)) == {}
+
+
+def test_the_vmis_own_resource_entry_replaces_the_count_of_its_device_name() -> None:
+    vmi = _vmi()
+    vmi["spec"]["domain"]["resources"] = {"limits": {SLOT0: "3"}, "requests": {SLOT0: "3"}}
+    assert devices_of(render_launcher_pod(vmi))[SLOT0] == 3
 
 
 OBSOLETE = {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
@@ -96,8 +121,10 @@ def test_the_pod_carries_the_vmi_annotations_and_its_domain() -> None:
     assert annotations["kubevirt.io/domain"] == "vm1"
 
 
-def test_the_name_is_the_generate_name_and_five_characters() -> None:
-    meta = render_launcher_pod(_vmi(), rng=random.Random(1))["metadata"]
+def test_the_pod_is_named_after_admission_from_its_generate_name_and_five_characters() -> None:
+    raw = render_launcher_pod(_vmi())
+    assert "name" not in raw["metadata"], "admission sees no name"
+    meta = name_pod(raw, random.Random(1))["metadata"]
     assert meta["generateName"] == "virt-launcher-vm1-"
     suffix = meta["name"].removeprefix("virt-launcher-vm1-")
     assert len(suffix) == 5 and set(suffix) <= set("bcdfghjklmnpqrstvwxz2456789")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.pod import Pod
 from gpu_binder.sim.clock import VirtualClock
-from gpu_binder.sim.launcher import render_launcher_pod
+from gpu_binder.sim.launcher import name_pod, render_launcher_pod
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon, create_node, set_allocatable, set_ready
 from gpu_binder.sim.retry import modify, wire
@@ -38,7 +39,7 @@ def vmi(name: str, *resources: str, **spec: Any) -> dict[str, Any]:
 
 
 async def pod_for(store: MemoryClient, raw: dict[str, Any]) -> Pod:
-    return await store.create(Pod.from_dict(render_launcher_pod(raw)))
+    return await store.create(Pod.from_dict(name_pod(render_launcher_pod(raw), random.Random(0))))
 
 
 def node_of(store: MemoryClient, pod: Pod) -> str:

@@ -341,6 +341,7 @@ async def test_a_standalone_vmi_is_its_own_order(cluster: Cluster) -> None:
     vm = cluster.vm("solo", {"h100": 1})
     vmi = vmi_of(vm)
     del vmi["metadata"]["ownerReferences"]
+    await cluster.client.delete(VirtualMachine, "solo", NS)  # only its template is wanted
     decision = cluster.admitter().decide(review(vmi))
     assert isinstance(decision, NeedsRequest)
     assert decision.request.metadata.owner_references == ()

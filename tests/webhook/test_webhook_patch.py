@@ -7,11 +7,12 @@ from typing import Any
 
 from gpu_binder.api.types import USAGE_FINALIZER
 from gpu_binder.sim.jsonpatch import apply_patch
-from gpu_binder.webhook.patch import pin_patch, pointer
+from gpu_binder.webhook.patch import affinity_ops, pin_patch, pointer
 from gpu_binder.webhook.pinning import Entry, Pinning
 
 NODE_ONLY = {"key": "metadata.name", "operator": "In", "values": ["node-b"]}
 SLOT = "gpu.cozystack.io/10de-2330-s3"
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def vmi(**spec: Any) -> dict[str, Any]:
@@ -130,3 +131,21 @@ def test_a_vmi_without_metadata_gets_the_annotation_and_the_finalizer() -> None:
 
 def test_pointer_tokens_escape_tilde_and_slash() -> None:
     assert pointer("a/b", "c~d", 0) == "/a~1b/c~0d/0"
+
+
+def test_a_term_that_requires_the_node_already_is_left_as_it_is() -> None:
+    """The pod webhook runs again when a later webhook changed the pod (reinvocation), and
+    KubeVirt may have copied the VMI's pin into the pod: the node is required once."""
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    required = {"nodeSelectorTerms": [{"matchFields": [NODE_ONLY]}, {"matchExpressions": [zone]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    assert terms(pinned(vmi(affinity=affinity))) == [
+        {"matchFields": [NODE_ONLY]},
+        {"matchExpressions": [zone], "matchFields": [NODE_ONLY]},
+    ]
+
+
+def test_affinity_that_pins_every_term_already_needs_no_op() -> None:
+    required = {"nodeSelectorTerms": [{"matchFields": [NODE_ONLY]}]}
+    doc = {"spec": {"affinity": {"nodeAffinity": {_REQUIRED: required}}}}
+    assert affinity_ops(doc, "node-b") == []

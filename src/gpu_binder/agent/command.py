@@ -5,23 +5,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import logging
 import os
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
 from gpu_binder.agent.deviceplugin import DevicePluginManager
+from gpu_binder.agent.deviceplugin.plugin import VFIO_DIR
 from gpu_binder.agent.deviceplugin.rpc import PLUGIN_DIR
 from gpu_binder.agent.discovery import scan
 from gpu_binder.agent.pci import SysfsError
 from gpu_binder.agent.runner import AgentConfig, NodeAgent
 from gpu_binder.agent.sync import observe, plan
+from gpu_binder.cli.flags import add_log_flags, duration, env_adder
+from gpu_binder.cli.logs import setup as setup_logs
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import Client
 
@@ -34,50 +37,60 @@ def parser() -> argparse.ArgumentParser:
         prog="gpu-binder agent",
         description="Keep this node's GPUDevices in step with its GPUs, reset released "
         "GPUs, and serve them to the kubelet one slot resource each.",
+        epilog="Every flag may be given in the environment as GPU_BINDER_<FLAG>, e.g. "
+        "GPU_BINDER_INTERVAL=30s, as for gpu-binder run; a flag on the command line wins.",
     )
-    p.add_argument(
+    add = env_adder(p)
+    add(
         "--root",
         type=Path,
         default=Path("/"),
         help="the host's root: sysfs is read at ROOT/sys, VFIO at ROOT/dev/vfio",
     )
-    p.add_argument("--node", help="node name (default: $NODE_NAME, else the host name)")
-    p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument(
+    add("--node", help="node name (default: $NODE_NAME, else the host name)")
+    add("--once", action="store_true", help="one pass, then exit")
+    add(
         "--dry-run",
         action="store_true",
         help="print the GPUDevices as YAML instead of writing them (implies --once)",
     )
-    p.add_argument(
+    add(
         "--interval",
-        type=float,
-        default=10.0,
-        help="seconds between rescans of sysfs (changes of the node's GPUDevices and of the "
-        "GPUClasses are watched and seen at once)",
+        type=duration,
+        default=timedelta(seconds=10),
+        help="time between rescans of sysfs, e.g. 10s (changes of the node's GPUDevices and "
+        "of the GPUClasses are watched and seen at once)",
     )
-    p.add_argument(
+    add(
         "--resync",
-        type=float,
-        default=300.0,
-        help="seconds between fresh lists of the watched objects, a safety net",
+        type=duration,
+        default=timedelta(minutes=5),
+        help="time between fresh lists of the watched objects, a safety net, e.g. 5m",
     )
-    p.add_argument(
+    add(
         "--vendor",
         action="append",
         default=[],
         help="PCI vendor id to discover, e.g. 0x10de (default: the classes' vendors)",
     )
-    p.add_argument(
+    add(
         "--device-plugin-dir",
         type=Path,
         default=Path(PLUGIN_DIR),
         help="the kubelet's device-plugin directory, holding kubelet.sock",
     )
-    p.add_argument(
+    add(
+        "--host-vfio-dir",
+        type=Path,
+        default=VFIO_DIR,
+        help="where the kubelet's host has the VFIO device nodes that Allocate hands to "
+        "containers (host paths, not under --root; default /dev/vfio)",
+    )
+    add(
         "--no-device-plugin", action="store_true", help="do not serve slot resources to the kubelet"
     )
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    add("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    add_log_flags(add)
     return p
 
 
@@ -114,11 +127,15 @@ async def run(args: argparse.Namespace, client: Client) -> int:
     config = AgentConfig(
         node=node_name(args.node),
         root=args.root,
-        interval=args.interval,
-        resync=args.resync,
+        interval=args.interval.total_seconds(),
+        resync=args.resync.total_seconds(),
         vendors=tuple(args.vendor),
     )
-    plugins = None if args.no_device_plugin else DevicePluginManager(args.device_plugin_dir)
+    plugins = (
+        None
+        if args.no_device_plugin
+        else DevicePluginManager(args.device_plugin_dir, host_vfio_dir=args.host_vfio_dir)
+    )
     agent = NodeAgent(config, client, plugins=plugins)
     if args.once:
         try:
@@ -158,9 +175,7 @@ def _default_connect() -> Connect | None:
 def main_agent(argv: list[str] | None = None, connect: Connect | None = None) -> int:
     """Entry point of `gpu-binder agent ARGS`; `connect` builds the API client."""
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logs(args.log_level, args.log_format)
     node = node_name(args.node)
     if args.dry_run:
         return dry_run(args.root, node, args.vendor, sys.stdout, sys.stderr)

@@ -39,6 +39,15 @@ from gpu_binder.agent.sync import (
     observe,
     plan,
 )
+from gpu_binder.agent.vfio import (
+    BindOutcome,
+    DriverBinder,
+    SysfsDriverBinder,
+    bind_devices,
+)
+from gpu_binder.agent.vfio import (
+    candidates as bind_candidates,
+)
 from gpu_binder.agent.watch import Watched
 from gpu_binder.api.types import GPUClass, GPUDevice, Health
 from gpu_binder.client.errors import ApiError
@@ -65,6 +74,7 @@ class AgentConfig:
 @dataclass(slots=True)
 class PassReport:
     notes: list[str] = field(default_factory=list)
+    bindings: BindOutcome = field(default_factory=BindOutcome)
     resets: ResetOutcome = field(default_factory=ResetOutcome)
     sync: SyncReport = field(default_factory=SyncReport)
     served: list[str] = field(default_factory=list)
@@ -72,7 +82,7 @@ class PassReport:
     @property
     def changed(self) -> bool:
         s = self.sync
-        return bool(s.created or s.updated or s.deleted or self.resets.done)
+        return bool(s.created or s.updated or s.deleted or self.resets.done or self.bindings.done)
 
 
 def vendors_of(classes: Sequence[GPUClass], configured: Sequence[str]) -> tuple[str, ...]:
@@ -116,12 +126,14 @@ class NodeAgent:
         *,
         plugins: DevicePluginManager | None = None,
         resetter: Resetter | None = None,
+        binder: DriverBinder | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.config = config
         self.client = client
         self.plugins = plugins
         self.resetter = resetter or SysfsResetter(config.root)
+        self.binder = binder or SysfsDriverBinder(config.root)
         self.clock = clock
         self.wake = asyncio.Event()
         # Passes completed.
@@ -131,6 +143,8 @@ class NodeAgent:
         self.classes: Watched[GPUClass] | None = None
         self._classes: list[GPUClass] = []
         self._notes: list[str] = []
+        # Refused bindings already logged: said once, not at every rescan.
+        self._refusals: dict[str, str] = {}
 
     async def run_pass(self) -> PassReport:
         """One scan-reset-sync-serve pass; SysfsError when sysfs cannot be listed at all."""
@@ -142,6 +156,15 @@ class NodeAgent:
         report = PassReport(notes=found.notes())
         existing = await self._read_devices()
 
+        # Binding first: a GPU the agent moves to vfio-pci is reported Healthy, and reset
+        # when it is cleaning, in this same pass.
+        to_bind = bind_candidates(existing, found, self._classes)
+        report.bindings = await bind_devices(to_bind, found, root, self.binder)
+        if report.bindings.done:
+            found = await asyncio.to_thread(
+                scan, root, vendors_of(self._classes, self.config.vendors)
+            )
+
         failures = remembered_failures(existing)
         by_node = {c.metadata.name for c in self._classes if c.spec.pinning == "Node"}
         todo = candidates(existing, found, failures, by_node)
@@ -152,7 +175,7 @@ class NodeAgent:
                 report.resets.failed.setdefault(address, message)
 
         observed = observe(found, root)
-        p = plan(node, observed, existing, found.unreadable, report.resets)
+        p = plan(node, observed, existing, found.unreadable, report.resets, report.bindings.refused)
         report.sync = await apply(self.client, node, p, existing, self._wrote)
         if self.plugins is not None:
             present = {o.pci_address for o in observed}
@@ -244,13 +267,19 @@ class NodeAgent:
         s = report.sync
         if report.changed:
             log.info(
-                "node %s: created %s, updated %s, deleted %s, reset %s, reset failed %s",
+                "node %s: created %s, updated %s, deleted %s, reset %s, reset failed %s, "
+                "bound to vfio-pci %s",
                 self.config.node,
                 s.created,
                 s.updated,
                 s.deleted,
                 sorted(report.resets.done),
                 sorted(report.resets.failed),
+                sorted(report.bindings.done),
             )
+        for address, why in sorted(report.bindings.refused.items()):
+            if why not in self._refusals.get(address, ""):
+                log.warning("%s: %s", address, why)
+        self._refusals = dict(report.bindings.refused)
         for error in s.errors:
             log.warning("%s", error)

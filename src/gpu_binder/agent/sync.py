@@ -85,14 +85,17 @@ def plan(
     existing: Sequence[GPUDevice],
     unreadable: Mapping[str, str] | None = None,
     resets: ResetOutcome | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> Plan:
     """The writes that make the node's GPUDevices match what it observes.
 
     `existing` is every GPUDevice of the node. `unreadable` holds the addresses of PCI
     functions that exist but could not be read: their objects are marked Unhealthy,
-    not deleted, since a file that cannot be read is not a GPU that is gone.
+    not deleted, since a file that cannot be read is not a GPU that is gone. `refused`
+    says, per address, why the agent did not bind a GPU to vfio-pci (agent.vfio).
     """
     unreadable = unreadable or {}
+    refused = refused or {}
     resets = resets or ResetOutcome()
     mine = [d for d in existing if d.spec.node_name == node]
     by_address = {d.spec.pci_address: d for d in sorted(mine, key=lambda d: d.name)}
@@ -105,9 +108,10 @@ def plan(
     for address, o in sorted(seen.items()):
         prev = by_address.get(address)
         health, message = o.health, o.health_message
-        if address in resets.failed:
-            health = Health.UNHEALTHY
-            message = "; ".join(m for m in (message, resets.failed[address]) if m)
+        for extra in (resets.failed, refused):
+            if address in extra:
+                health = Health.UNHEALTHY
+                message = "; ".join(m for m in (message, extra[address]) if m)
         last_reset = resets.done.get(address) or (prev.spec.last_reset if prev else None)
         # The release a reset cleaned, echoed for the binder (see agent.reset).
         last_reset_for = resets.released.get(address) or (

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from gpu_binder.api.meta import Model
 from gpu_binder.api.types import (
     GROUP,
+    NAME_MAX,
     PCI_ADDRESS_PATTERN,
+    RESERVATION_MAX,
+    RESERVED_RESOURCE_PREFIXES,
+    RESOURCE_NAME_MAX,
+    RESOURCE_NAME_PATTERN,
     GPUBindRequest,
     GPUClass,
     GPUDevice,
@@ -103,6 +109,39 @@ def _cel_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _go_duration(t: timedelta) -> str:
+    """A whole number of hours in Go's form, which CEL's duration() reads."""
+    assert t.total_seconds() % 3600 == 0
+    return f"{int(t.total_seconds()) // 3600}h"
+
+
+_RESERVED = " && ".join(f"!self.startsWith({_cel_string(p)})" for p in RESERVED_RESOURCE_PREFIXES)
+# The resource name rules are CEL rather than a schema pattern: the API server's pattern
+# error quotes the regular expression, these say what a resource name is.
+_RESOURCE_NAME_RULES = (
+    Rule(
+        f"self.matches({_cel_string(RESOURCE_NAME_PATTERN)}) && self.indexOf('/') <= {NAME_MAX}",
+        "resourceName must be an extended resource name <domain>/<name> (a DNS subdomain of "
+        f"at most {NAME_MAX} characters, a name of at most 63), such as "
+        "nvidia.com/GH100_H100_SXM5_80GB",
+    ),
+    Rule(
+        _RESERVED,
+        "resourceName must not be in "
+        + " or ".join(RESERVED_RESOURCE_PREFIXES)
+        + f": {RESERVED_RESOURCE_PREFIXES[0]}* is the slot space the node agent serves one "
+        "GPU per name in, and devices.kubevirt.io/* is KubeVirt's own",
+        reason="FieldValueForbidden",
+    ),
+    Rule(
+        "!(self.startsWith('kubernetes.io/') || "
+        "self.substring(0, self.indexOf('/')).endsWith('.kubernetes.io'))",
+        "resourceName must not be in the kubernetes.io domain: those are not extended resources",
+        reason="FieldValueForbidden",
+    ),
+)
+
+
 KINDS: tuple[KindSpec, ...] = (
     KindSpec(
         model=GPUClass,
@@ -110,6 +149,8 @@ KINDS: tuple[KindSpec, ...] = (
         description="A kind of GPU tenants can order, named by the KubeVirt device name "
         "VMs use (spec.resourceName).",
         status_subresource=True,
+        # What an operator asks first: how many of the class are free, and the largest
+        # order that fits now (under the class's topology, as placement would pick it).
         columns=(
             Column("Resource", ".spec.resourceName"),
             Column("Devices", ".status.devices", "integer"),
@@ -117,12 +158,17 @@ KINDS: tuple[KindSpec, ...] = (
             Column("Bound", ".status.bound", "integer"),
             Column("Attached", ".status.attached", "integer"),
             Column("Lost", ".status.lost", "integer"),
+            Column("Cleaning", ".status.cleaning", "integer"),
             Column(
                 "Largest Free Set",
                 ".status.largestFreeSet",
                 "integer",
                 "The largest order that can be bound right now",
             ),
+            Column("Policy", ".spec.placement.policy", priority=1),
+            Column("Topology", ".spec.placement.topology", priority=1),
+            Column("Pinning", ".spec.pinning", priority=1),
+            Column("Release After Stop", ".spec.reservation.releaseAfterStopped", priority=1),
             AGE,
         ),
         rules={
@@ -135,10 +181,24 @@ KINDS: tuple[KindSpec, ...] = (
                     reason="FieldValueRequired",
                 ),
             ),
+            ("spec", "resourceName"): _RESOURCE_NAME_RULES,
             ("spec", "match", "deviceIDs"): (
                 Rule(
                     "self.all(id, self.exists_one(other, other == id))",
                     "deviceIDs must not list the same device ID twice",
+                ),
+            ),
+            ("spec", "match", "nodeSelector"): (
+                Rule(
+                    f"self.all(k, k.size() <= {RESOURCE_NAME_MAX})",
+                    f"nodeSelector keys are label keys of at most {RESOURCE_NAME_MAX} characters",
+                ),
+            ),
+            ("spec", "reservation", "releaseAfterStopped"): (
+                Rule(
+                    f"duration(self) <= duration('{_go_duration(RESERVATION_MAX)}')",
+                    f"releaseAfterStopped must be at most {_go_duration(RESERVATION_MAX)} "
+                    "(ten years); leave it out to keep a stopped VM's GPUs while the VM exists",
                 ),
             ),
         },
@@ -153,10 +213,13 @@ KINDS: tuple[KindSpec, ...] = (
             Column("Node", ".spec.nodeName"),
             Column("Class", ".status.className"),
             Column("Phase", ".status.phase"),
-            Column("VM", ".status.binding.vm.name"),
+            Column("VM", ".status.vm", description="The bound VM, namespace/name"),
+            Column("Health", ".spec.health"),
+            Column("Slot", ".spec.slot", "integer", priority=1),
             Column("PCI", ".spec.pciAddress", priority=1),
             Column("Model", ".spec.model", priority=1),
-            Column("Health", ".spec.health", priority=1),
+            Column("Driver", ".spec.driver", priority=1),
+            Column("Message", ".spec.healthMessage", priority=1),
             AGE,
         ),
         rules={
@@ -182,8 +245,12 @@ KINDS: tuple[KindSpec, ...] = (
         short_name="gpubr",
         description="The webhook asks for a VM's GPUs to be bound; the binder answers in status.",
         status_subresource=True,
+        # A tenant's question: is my start waiting, bound where, or refused and why.
         columns=(
             Column("VM", ".spec.vm.name"),
+            Column("VMI", ".spec.vmi.name", priority=1),
+            Column("Class", ".spec.requests[0].className", priority=1),
+            Column("Count", ".spec.requests[0].count", "integer", priority=1),
             Column("Phase", ".status.phase"),
             Column("Node", ".status.nodeName"),
             Column("Message", ".status.message"),
@@ -201,12 +268,16 @@ KINDS: tuple[KindSpec, ...] = (
         description="One attachment of one GPU to one VMI, the billing ledger: open "
         "while end is empty, immutable once closed.",
         status_subresource=False,
+        # A tenant's bill, line by line: which VM held which GPU, where, from when to when
+        # (End empty: still open).
         columns=(
             Column("VM", ".spec.vm"),
-            Column("Device", ".spec.device"),
             Column("Class", ".spec.className"),
+            Column("Node", ".spec.nodeName"),
+            Column("Device", ".spec.device"),
             Column("Start", ".spec.start", format="date-time"),
             Column("End", ".spec.end", format="date-time"),
+            Column("VMI", ".spec.vmi.name", priority=1),
         ),
         rules={
             ("spec",): (
@@ -219,6 +290,14 @@ KINDS: tuple[KindSpec, ...] = (
                     "!has(self.end) || self.end >= self.start",
                     "end must not be before start",
                     field_path=".end",
+                ),
+                # What an open record bills from is fixed when it opens: only its end is
+                # ever written (the binder closes it).
+                Rule(
+                    "self.start == oldSelf.start",
+                    "start is immutable: a usage record bills from when it was opened",
+                    field_path=".start",
+                    reason="FieldValueForbidden",
                 ),
             ),
         },

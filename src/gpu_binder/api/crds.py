@@ -96,10 +96,15 @@ def _kubevirt_crd(
     short_names: Sequence[str],
     status_subresource: bool,
     columns: Sequence[Column],
+    *,
+    group: str = "kubevirt.io",
+    served_version: str = "v1",
+    namespaced: bool = True,
+    categories: Sequence[str] = ("all",),
 ) -> dict[str, Any]:
     # Only what the binder reads is declared; the rest is kept as written.
     open_object = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    version: dict[str, Any] = {"name": "v1", "served": True, "storage": True}
+    version: dict[str, Any] = {"name": served_version, "served": True, "storage": True}
     if status_subresource:
         version["subresources"] = {"status": {}}
     version["additionalPrinterColumns"] = [c.to_dict() for c in columns]
@@ -115,29 +120,32 @@ def _kubevirt_crd(
             },
         }
     }
+    names: dict[str, Any] = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+        "shortNames": list(short_names),
+    }
+    if categories:
+        names["categories"] = list(categories)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.kubevirt.io"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "kubevirt.io",
-            "names": {
-                "kind": kind,
-                "listKind": f"{kind}List",
-                "plural": plural,
-                "singular": kind.lower(),
-                "shortNames": list(short_names),
-                "categories": ["all"],
-            },
-            "scope": "Namespaced",
+            "group": group,
+            "names": names,
+            "scope": "Namespaced" if namespaced else "Cluster",
             "versions": [version],
         },
     }
 
 
 def kubevirt_crds() -> list[dict[str, Any]]:
-    """VirtualMachine, VirtualMachineInstance and KubeVirt as KubeVirt's operator declares
-    them (names, scope, subresources), with schemas that accept any content."""
+    """VirtualMachine, VirtualMachineInstance, KubeVirt and the instancetypes as KubeVirt's
+    operator declares them (names, scope, subresources, served version: virt-operator's
+    resource/generate/components/crds.go), with schemas that accept any content."""
     phase = Column("Phase", ".status.phase")
     return [
         _kubevirt_crd(
@@ -156,6 +164,27 @@ def kubevirt_crds() -> list[dict[str, Any]]:
             (AGE, phase, Column("NodeName", ".status.nodeName")),
         ),
         _kubevirt_crd("KubeVirt", "kubevirts", ("kv", "kvs"), True, (AGE, phase)),
+        # An instancetype's spec.gpus and spec.hostDevices are part of a VM's order.
+        _kubevirt_crd(
+            "VirtualMachineInstancetype",
+            "virtualmachineinstancetypes",
+            ("vminstancetype", "vminstancetypes", "vmf", "vmfs"),
+            False,
+            (AGE,),
+            group="instancetype.kubevirt.io",
+            served_version="v1beta1",
+        ),
+        _kubevirt_crd(
+            "VirtualMachineClusterInstancetype",
+            "virtualmachineclusterinstancetypes",
+            ("vmclusterinstancetype", "vmclusterinstancetypes", "vmcf", "vmcfs"),
+            False,
+            (AGE,),
+            group="instancetype.kubevirt.io",
+            served_version="v1beta1",
+            namespaced=False,
+            categories=(),
+        ),
     ]
 
 

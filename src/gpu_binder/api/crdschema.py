@@ -35,9 +35,10 @@ _PASSTHROUGH = frozenset(
         "required",
     }
 )
-# Keywords dropped: titles are noise in a CRD, and `additionalProperties: false` is what
-# the API server's pruning does anyway (a CRD may not say it).
-_DROPPED = frozenset({"title"})
+# Keywords dropped: titles are noise in a CRD, `readOnly` (of a computed field) is no
+# keyword of a CRD's schema, and `additionalProperties: false` is what the API server's
+# pruning does anyway (a CRD may not say it).
+_DROPPED = frozenset({"title", "readOnly"})
 _CONDITION_REF = "#/$defs/Condition"
 
 
@@ -127,7 +128,9 @@ def _node_at(schema: Schema, path: Sequence[str]) -> Schema:
 
 def structural_schema(spec: KindSpec) -> Schema:
     """The openAPIV3Schema of one kind: the model's schema made structural, plus its rules."""
-    raw = spec.model.model_json_schema(by_alias=True)
+    # As the models serialize: computed fields (GPUDeviceStatus.vm) are written, so the
+    # API server must keep them; otherwise the same schema as for validation.
+    raw = spec.model.model_json_schema(by_alias=True, mode="serialization")
     defs = raw.get("$defs", {})
     properties: dict[str, Schema] = {}
     for name, sub in raw["properties"].items():

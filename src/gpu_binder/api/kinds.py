@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from gpu_binder.api.instancetype import (
     INSTANCETYPE_API_VERSION,
+    REVISION_API_VERSION,
     ControllerRevision,
     VirtualMachineClusterInstancetype,
     VirtualMachineInstancetype,
@@ -138,16 +139,16 @@ RESOURCES: dict[type[Any], Resource] = {
     ),
     Node: Resource("v1", "Node", "nodes", False, True, Node.from_dict),
     Pod: Resource("v1", "Pod", "pods", True, True, Pod.from_dict),
-    KubeVirt: Resource("kubevirt.io/v1", "KubeVirt", "kubevirts", True, True, KubeVirt.from_dict),
-    Event: Resource("events.k8s.io/v1", "Event", "events", True, False, Event.from_dict),
     ControllerRevision: Resource(
-        "apps/v1",
+        REVISION_API_VERSION,
         "ControllerRevision",
         "controllerrevisions",
         True,
         False,
         ControllerRevision.from_dict,
     ),
+    KubeVirt: Resource("kubevirt.io/v1", "KubeVirt", "kubevirts", True, True, KubeVirt.from_dict),
+    Event: Resource("events.k8s.io/v1", "Event", "events", True, False, Event.from_dict),
     VirtualMachineInstancetype: Resource(
         INSTANCETYPE_API_VERSION,
         "VirtualMachineInstancetype",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from gpu_binder.api.instancetype import device_names
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.quantity import QuantityError, byte_count, millicores
 from gpu_binder.api.types import CLASSES_ANNOTATION
@@ -18,18 +19,33 @@ KUBEVIRT_API_VERSION = "kubevirt.io/v1"
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 # The phases of a VMI whose launcher pod holds its node's devices.
 STARTED_PHASES = frozenset({"Scheduled", "Running"})
-# runStrategy values under which KubeVirt keeps a VMI running.
+# runStrategy values under which KubeVirt starts a VMI for a VM that has none.
 RUNNING_STRATEGIES = frozenset({"Always", "RerunOnFailure", "Once"})
+# Every runStrategy (staging/src/kubevirt.io/api/core/v1/types.go).
+ALWAYS, HALTED, MANUAL = "Always", "Halted", "Manual"
+RERUN_ON_FAILURE, ONCE, WAIT_AS_RECEIVER = "RerunOnFailure", "Once", "WaitAsReceiver"
+
+
+def _section_names(spec: dict[str, Any], section: str) -> tuple[str, ...]:
+    devices = (spec.get("domain") or {}).get("devices") or {}
+    entries = devices.get(section) if isinstance(devices, dict) else None
+    return device_names(entries)
 
 
 def _gpu_names(spec: dict[str, Any]) -> tuple[str, ...]:
-    devices = spec.get("domain", {}).get("devices", {}) or {}
-    names: list[str] = []
-    for section in ("gpus", "hostDevices"):
-        for entry in devices.get(section) or ():
-            if isinstance(entry, dict) and isinstance(entry.get("deviceName"), str):
-                names.append(entry["deviceName"])
-    return tuple(names)
+    return _section_names(spec, "gpus") + _section_names(spec, "hostDevices")
+
+
+def _run_strategy(spec: dict[str, Any]) -> str:
+    """The runStrategy KubeVirt runs the VM by (types.go, VirtualMachine.RunStrategy): the
+    deprecated spec.running maps true to Always and false to Halted; neither means Halted;
+    both is an error ("" here), under which KubeVirt starts nothing."""
+    running, strategy = spec.get("running"), spec.get("runStrategy")
+    if running is not None and strategy is not None:
+        return ""
+    if running is not None:
+        return ALWAYS if running is True else HALTED
+    return str(strategy) if strategy else HALTED
 
 
 def _quantity(raw: Any, parse: Any) -> int | None:
@@ -75,6 +91,10 @@ def _alternatives(*annotations: Any) -> tuple[str, ...]:
     return ()
 
 
+def _mapping(raw: Any) -> dict[str, Any]:
+    return raw if isinstance(raw, dict) else {}
+
+
 def _time(raw: Any) -> datetime | None:
     if not raw:
         return None
@@ -90,7 +110,11 @@ class VirtualMachine:
     NAMESPACED: ClassVar[bool] = True
 
     metadata: ObjectMeta
+    # Whether KubeVirt starts a VMI for it when it has none (Always, RerunOnFailure, Once);
+    # whether it should hold GPUs now is set_to_start's to say, which reads its VMI too.
     running: bool
+    # The template's entries, gpus then hostDevices; those of its instancetype are read
+    # from the revision KubeVirt recorded (see api.instancetype, binder.vmiorder).
     device_names: tuple[str, ...]
     raw: dict[str, Any] = field(compare=False, repr=False)
     # What the VM asks of its node besides GPUs (see _requests).
@@ -99,6 +123,18 @@ class VirtualMachine:
     # Classes that may serve its GPUs instead of the one its entries name, from the
     # gpu.cozystack.io/classes annotation on the VM or its template (see placement.options).
     alternatives: tuple[str, ...] = ()
+    template_gpus: tuple[str, ...] = ()
+    template_host_devices: tuple[str, ...] = ()
+    # spec.instancetype: the name of the instancetype, and the revision it pins if any.
+    instancetype: str = ""
+    instancetype_revision: str = ""
+    # status.instancetypeRef.controllerRevisionRef.name: the revision KubeVirt recorded.
+    recorded_revision: str = ""
+    # The runStrategy as KubeVirt reads it (see _run_strategy), the one its status last
+    # synced, and the first state change request: ("Start", "") or ("Stop", VMI uid).
+    run_strategy: str = HALTED
+    status_run_strategy: str = ""
+    state_change: tuple[str, str] = ("", "")
 
     @property
     def key(self) -> str:
@@ -107,12 +143,19 @@ class VirtualMachine:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> VirtualMachine:
         spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
         strategy = spec.get("runStrategy")
         running = bool(spec.get("running")) or strategy in RUNNING_STRATEGIES
         template = spec.get("template") or {}
         template_spec = template.get("spec") or {}
         meta = raw.get("metadata") or {}
         cpu, memory = _requests(template_spec)
+        matcher = _mapping(spec.get("instancetype"))
+        revision_ref = _mapping(
+            _mapping(status.get("instancetypeRef")).get("controllerRevisionRef")
+        )
+        requests = status.get("stateChangeRequests") or ()
+        first = requests[0] if requests and isinstance(requests[0], dict) else {}
         return cls(
             metadata=ObjectMeta.model_validate(meta),
             running=running,
@@ -123,6 +166,14 @@ class VirtualMachine:
             alternatives=_alternatives(
                 meta.get("annotations"), (template.get("metadata") or {}).get("annotations")
             ),
+            template_gpus=_section_names(template_spec, "gpus"),
+            template_host_devices=_section_names(template_spec, "hostDevices"),
+            instancetype=str(matcher.get("name") or ""),
+            instancetype_revision=str(matcher.get("revisionName") or ""),
+            recorded_revision=str(revision_ref.get("name") or ""),
+            run_strategy=_run_strategy(spec),
+            status_run_strategy=str(status.get("runStrategy") or ""),
+            state_change=(str(first.get("action") or ""), str(first.get("uid") or "")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,9 +205,13 @@ class VirtualMachineInstance:
     cpu_milli: int = 0
     memory_bytes: int = 0
     alternatives: tuple[str, ...] = ()
+    # spec.evictionStrategy ("" when it sets none: the KubeVirt CR's then holds).
+    eviction_strategy: str = ""
     # Derived once: every pass asks for them, many times.
     key: str = field(init=False, compare=False, repr=False)
     vm_name: str | None = field(init=False, compare=False, repr=False)
+    # That VirtualMachine's uid as the ownerReference says it ("" for a standalone VMI).
+    vm_uid: str = field(init=False, compare=False, repr=False)
     # The order it runs for: its VirtualMachine's key, or its own when it has none.
     order_key: str = field(init=False, compare=False, repr=False)
 
@@ -166,6 +221,7 @@ class VirtualMachineInstance:
         owner = self.metadata.owner("VirtualMachine")
         # The owning VirtualMachine's name; None for a VMI that is its own order.
         object.__setattr__(self, "vm_name", owner.name if owner else None)
+        object.__setattr__(self, "vm_uid", owner.uid if owner else "")
         object.__setattr__(self, "order_key", f"{ns}/{owner.name}" if owner else self.key)
 
     @property
@@ -207,10 +263,42 @@ class VirtualMachineInstance:
             cpu_milli=cpu,
             memory_bytes=memory,
             alternatives=_alternatives(meta.get("annotations")),
+            eviction_strategy=str(spec.get("evictionStrategy") or ""),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.raw, "metadata": self.metadata.to_dict()}
+
+
+def set_to_start(vm: VirtualMachine, vmi: VirtualMachineInstance | None) -> bool:
+    """Whether KubeVirt keeps the VM running, or starts it: a VM for which this is False is
+    stopped, and the reservation of its GPUs runs (releaseAfterStopped).
+
+    `vmi` is the VM's VMI, in any phase (KubeVirt's VM controller reads the VMI named after
+    the VM), or None. Follows virt-controller's isSetToStart and syncRunStrategy
+    (pkg/virt-controller/watch/vm/vm.go): Always runs (an ended VMI is replaced); Halted
+    never; RerunOnFailure runs unless its VMI Succeeded, and with no VMI only on a start
+    request or before KubeVirt first synced the strategy (status.runStrategy); Once runs
+    until it has a VMI and not after it ended; Manual runs on a start request and while its
+    VMI lives with no stop request for it (one that ended is not started again without a
+    request, so its VM is stopped); WaitAsReceiver gets a receiver VMI at once, which needs
+    its GPUs as any start does. Both spec.running and runStrategy set is an error under
+    which KubeVirt starts nothing.
+    """
+    strategy, (action, uid) = vm.run_strategy, vm.state_change
+    if strategy in (ALWAYS, WAIT_AS_RECEIVER):
+        return True
+    if strategy == RERUN_ON_FAILURE:
+        if vmi is not None:
+            return vmi.phase != "Succeeded"
+        return action == "Start" or vm.status_run_strategy != RERUN_ON_FAILURE
+    if strategy == ONCE:
+        return vmi is None
+    if strategy == MANUAL:
+        if vmi is not None:
+            return vmi.live and not (action == "Stop" and uid == vmi.metadata.uid)
+        return action == "Start"
+    return False
 
 
 @dataclass(frozen=True, slots=True)

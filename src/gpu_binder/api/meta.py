@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -54,13 +54,19 @@ class ObjectMeta(Model):
         return owners[0] if owners else None
 
 
+# A bound for generations: int64 in the API, but the API server reads schema bounds as
+# float64, where 2^63 - 1 is no integer; 2^62 is never reached.
+GENERATION_MAX = 1 << 62
+
+
 class Condition(Model):
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
+    # metav1.Condition's bounds.
+    type: str = Field(max_length=316)
+    status: str = Field(max_length=16)
+    reason: str = Field("", max_length=1024)
+    message: str = Field("", max_length=32768)
     last_transition_time: datetime | None = None
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(None, ge=0, le=GENERATION_MAX)
 
 
 def set_condition(conditions: tuple[Condition, ...], new: Condition) -> tuple[Condition, ...]:
@@ -100,7 +106,12 @@ def parse_duration(text: str) -> timedelta:
     unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
     for number, suffix in _DURATION.findall(text):
         total += float(number) * unit[suffix]
-    return timedelta(seconds=total)
+    try:
+        return timedelta(seconds=total)
+    except OverflowError:
+        # `99999999999999999999h`: a ValueError like any other bad duration, which the
+        # callers handle (the flags say so; a class's reservation is clamped).
+        raise ValueError(f"duration {text!r} is too long") from None
 
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|h|m|s))+$"

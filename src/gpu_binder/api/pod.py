@@ -103,8 +103,11 @@ class Pod:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Pod:
         spec = raw.get("spec") or {}
+        # At CREATE KubeVirt's pods carry generateName only; the API server names them after
+        # admission, so the pod webhook reads them with no name.
+        meta = {"name": "", **(raw.get("metadata") or {})}
         return cls(
-            metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
+            metadata=ObjectMeta.model_validate(meta),
             node_name=str(spec.get("nodeName") or ""),
             phase=str((raw.get("status") or {}).get("phase") or "Pending"),
             resources=extended_resources(spec),

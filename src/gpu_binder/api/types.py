@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, computed_field
 
-from gpu_binder.api.meta import DURATION_PATTERN, Condition, Model, ObjectMeta, parse_duration
+from gpu_binder.api.meta import GENERATION_MAX, Condition, Model, ObjectMeta, parse_duration
 
 GROUP = "gpu.cozystack.io"
 VERSION = "v1alpha1"
@@ -36,8 +36,44 @@ HEX_ID_PATTERN = r"^0x[0-9a-f]{4}$"
 # Kubernetes object names are DNS subdomains; the bound also caps the cost of CEL rules.
 NAME_MAX = 253
 UID_MAX = 128
+# Namespaces are DNS labels.
+NAMESPACE_MAX = 63
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# An extended resource name is a qualified name: a DNS-subdomain prefix (<= 253) and a
+# name (<= 63), as the API server validates resource names in a pod's requests.
+RESOURCE_NAME_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+RESOURCE_NAME_MAX = NAME_MAX + 1 + 63
+# Resource name prefixes no class may take: the agent's per-slot resources (the slot
+# space: gpu.cozystack.io/<vendor>-<device>-s<N>, handed out by slot only through the
+# webhooks), KubeVirt's own devices (kvm, tun, vhost-net; the pod webhook's
+# matchCondition leaves them out) and the kubernetes.io domain (not extended resources).
+RESERVED_RESOURCE_PREFIXES = (f"{GROUP}/", "devices.kubevirt.io/")
+# Hardware facts the agent reads from sysfs, bounded well above any real machine so that
+# a forged GPUDevice cannot carry absurd values (issue 11): the kubelet's device plugin
+# API and the slot resource names hold slots below 4096; Linux's MAX_NUMNODES is 1024.
+SLOT_MAX = 4095
+NUMA_NODE_MAX = 1023
+IOMMU_GROUP_MAX = (1 << 20) - 1
+MODEL_MAX = 256
+DRIVER_MAX = 64
+NVLINK_DOMAIN_MAX = 64
+MESSAGE_MAX = 1024
+# An order is one node's GPUs: no node holds more than this many.
+COUNT_MAX = 64
+# A stopped VM's reservation: at most ten years (an empty value keeps GPUs for as long
+# as the VM exists). The pattern bounds the digits too (five per number, four numbers:
+# at most 45 years), so no value overflows a timedelta or the 292 years of a Go duration,
+# which the API server's CEL duration() would fail to convert.
+RESERVATION_MAX = timedelta(hours=87600)
+BOUNDED_DURATION_PATTERN = r"^([0-9]{1,5}(\.[0-9]{1,9})?(ms|h|m|s)){1,4}$"
+DURATION_MAX_LENGTH = 48
 
 HexID = Annotated[str, StringConstraints(pattern=HEX_ID_PATTERN, max_length=6)]
+Name = Annotated[str, StringConstraints(max_length=NAME_MAX)]
 
 
 class Phase(StrEnum):
@@ -66,10 +102,14 @@ class Health(StrEnum):
 
 
 class DeviceMatch(Model):
-    vendor_id: str = Field("0x10de", alias="vendorID", pattern=HEX_ID_PATTERN)
+    vendor_id: str = Field("0x10de", alias="vendorID", pattern=HEX_ID_PATTERN, max_length=6)
     # Bounded so the CRD's uniqueness rule (quadratic in CEL) has a small, known cost.
     device_ids: tuple[HexID, ...] = Field((), alias="deviceIDs", max_length=64)
-    node_selector: dict[str, str] = {}
+    # Node labels (keys are qualified names, values at most 63 characters); the key length
+    # is a CEL rule in crdkinds, as a CRD schema cannot constrain map keys.
+    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] = Field(
+        {}, max_length=32
+    )
 
 
 class PlacementSpec(Model):
@@ -81,34 +121,58 @@ class PlacementSpec(Model):
 
 
 class ReservationSpec(Model):
-    # Empty: a stopped VM keeps its GPUs for as long as it exists.
-    release_after_stopped: str | None = Field(None, pattern=DURATION_PATTERN)
+    # Empty: a stopped VM keeps its GPUs for as long as it exists. At most RESERVATION_MAX
+    # (a CEL rule in crdkinds; the pattern bounds the digits).
+    release_after_stopped: str | None = Field(
+        None, pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH
+    )
 
 
 class GPUClassSpec(Model):
-    resource_name: str = Field(min_length=1)
+    # The KubeVirt device name VMs order the class by: an extended resource name outside
+    # RESERVED_RESOURCE_PREFIXES (CEL rules in crdkinds).
+    resource_name: str = Field(min_length=1, max_length=RESOURCE_NAME_MAX)
     match: DeviceMatch = DeviceMatch()
     placement: PlacementSpec = PlacementSpec()
     reservation: ReservationSpec = ReservationSpec()
     cleaning: Literal["Reset", "None"] = "Reset"
     pinning: Literal["Device", "Node"] = "Device"
+    # Who puts the class's GPUs on vfio-pci. External: something else does (the GPU
+    # Operator's vfio-manager, vfio-pci.ids= at boot); a GPU on another driver is
+    # Unhealthy. Agent: the node agent binds them itself through sysfs (agent/vfio.py).
+    vfio_binding: Literal["External", "Agent"] = "External"
 
     @property
     def release_after(self) -> timedelta | None:
+        """The reservation of a stopped VM, at most RESERVATION_MAX.
+
+        The API server refuses longer values; one stored before that rule existed is
+        read as the longest allowed, where it used to overflow in the binder's pass.
+        """
         raw = self.reservation.release_after_stopped
-        return parse_duration(raw) if raw else None
+        if not raw:
+            return None
+        try:
+            return min(parse_duration(raw), RESERVATION_MAX)
+        except ValueError:
+            return RESERVATION_MAX
+
+
+# Counts of GPUs in a class's status: the binder writes them, bounded like any field.
+Count = Annotated[int, Field(ge=0, le=1 << 30)]
+CONDITIONS_MAX = 16
 
 
 class GPUClassStatus(Model):
-    devices: int = 0
-    available: int = 0
-    bound: int = 0
-    attached: int = 0
-    lost: int = 0
-    cleaning: int = 0
-    largest_free_set: int = 0
-    conditions: tuple[Condition, ...] = ()
-    observed_generation: int = 0
+    devices: Count = 0
+    available: Count = 0
+    bound: Count = 0
+    attached: Count = 0
+    lost: Count = 0
+    cleaning: Count = 0
+    largest_free_set: Count = 0
+    conditions: tuple[Condition, ...] = Field((), max_length=CONDITIONS_MAX)
+    observed_generation: int = Field(0, ge=0, le=GENERATION_MAX)
 
 
 class GPUClass(Model):
@@ -127,21 +191,22 @@ class GPUClass(Model):
 
 
 class GPUDeviceSpec(Model):
-    node_name: str = Field(min_length=1, max_length=NAME_MAX)
+    node_name: str = Field(min_length=1, max_length=NAME_MAX, pattern=DNS_SUBDOMAIN_PATTERN)
     pci_address: str = Field(pattern=PCI_ADDRESS_PATTERN, max_length=12)
-    slot: int | None = Field(None, ge=0)
-    vendor_id: str = Field("0x10de", alias="vendorID", pattern=HEX_ID_PATTERN)
-    device_id: str = Field(alias="deviceID", pattern=HEX_ID_PATTERN)
-    model: str = ""
-    numa_node: int | None = None
-    iommu_group: int | None = None
-    nvlink_domain: str | None = None
+    slot: int | None = Field(None, ge=0, le=SLOT_MAX)
+    vendor_id: str = Field("0x10de", alias="vendorID", pattern=HEX_ID_PATTERN, max_length=6)
+    device_id: str = Field(alias="deviceID", pattern=HEX_ID_PATTERN, max_length=6)
+    model: str = Field("", max_length=MODEL_MAX)
+    # None where sysfs says -1 (no NUMA) or nothing.
+    numa_node: int | None = Field(None, ge=0, le=NUMA_NODE_MAX)
+    iommu_group: int | None = Field(None, ge=0, le=IOMMU_GROUP_MAX)
+    nvlink_domain: str | None = Field(None, max_length=NVLINK_DOMAIN_MAX)
     # The upstream port of the PCIe switch the GPU sits behind: GPUs behind one switch
     # talk peer to peer without crossing the root complex.
-    pcie_switch: str | None = Field(None, max_length=12)
-    driver: str = ""
+    pcie_switch: str | None = Field(None, max_length=12, pattern=PCI_ADDRESS_PATTERN)
+    driver: str = Field("", max_length=DRIVER_MAX)
     health: Health = Health.HEALTHY
-    health_message: str = ""
+    health_message: str = Field("", max_length=MESSAGE_MAX)
     # When the agent last reset the GPU (function-level reset), by the node's clock:
     # informational, but for the record of an agent that predates last_reset_for.
     last_reset: datetime | None = None
@@ -152,9 +217,9 @@ class GPUDeviceSpec(Model):
 
 
 class ObjectRef(Model):
-    namespace: str
-    name: str
-    uid: str = ""
+    namespace: str = Field(max_length=NAMESPACE_MAX)
+    name: str = Field(max_length=NAME_MAX)
+    uid: str = Field("", max_length=UID_MAX)
 
     @property
     def key(self) -> str:
@@ -165,6 +230,10 @@ class Binding(Model):
     vm: ObjectRef
     bound_at: datetime
     reason: BindReason
+    # For a set bound while its VM was stopped (moved, rebound or completed): when the VM
+    # stopped, carried from the devices it replaces, so the reservation (releaseAfterStopped)
+    # counts from the stop, not from this bind. Empty for a running VM's set.
+    stopped_at: datetime | None = None
 
 
 class Attachment(Model):
@@ -173,16 +242,27 @@ class Attachment(Model):
 
 
 class GPUDeviceStatus(Model):
-    class_name: str = ""
+    class_name: str = Field("", max_length=NAME_MAX)
     phase: Phase | None = None
     binding: Binding | None = None
     attachment: Attachment | None = None
     # When the device's last attachment ended: a stopped VM's reservation runs from here.
     detached_at: datetime | None = None
     lost_since: datetime | None = None
-    lost_reason: str = ""
+    lost_reason: str = Field("", max_length=MESSAGE_MAX)
     released_at: datetime | None = None
-    conditions: tuple[Condition, ...] = ()
+    conditions: tuple[Condition, ...] = Field((), max_length=CONDITIONS_MAX)
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="The bound VM as namespace/name, for `kubectl get gpudevices`: "
+        "binding.vm said once more, written with every status write",
+        json_schema_extra={"maxLength": NAMESPACE_MAX + 1 + NAME_MAX},
+    )
+    @property
+    def vm(self) -> str:
+        # A printer column's JSONPath cannot join namespace and name; derived here, it is
+        # never stale and costs no write of its own. Read from the API it is recomputed.
+        return self.binding.vm.key if self.binding is not None else ""
 
 
 class GPUDevice(Model):
@@ -215,17 +295,15 @@ class VMRef(Model):
 
 
 class NameRef(Model):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=NAME_MAX)
 
 
 class ClassCount(Model):
     class_name: str = Field(min_length=1, max_length=NAME_MAX)
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=COUNT_MAX)
     # Other classes that may serve these GPUs instead (the VM's gpu.cozystack.io/classes),
     # all of them from one class.
-    alternatives: tuple[Annotated[str, StringConstraints(max_length=NAME_MAX)], ...] | None = Field(
-        None, max_length=32
-    )
+    alternatives: tuple[Name, ...] | None = Field(None, max_length=32)
 
 
 class GPUBindRequestSpec(Model):
@@ -242,9 +320,9 @@ class RequestPhase(StrEnum):
 
 class GPUBindRequestStatus(Model):
     phase: RequestPhase = RequestPhase.PENDING
-    node_name: str = ""
-    devices: tuple[str, ...] = ()
-    message: str = ""
+    node_name: str = Field("", max_length=NAME_MAX)
+    devices: tuple[Name, ...] = Field((), max_length=COUNT_MAX * 32)
+    message: str = Field("", max_length=MESSAGE_MAX)
     answered_at: datetime | None = None
 
 

@@ -55,7 +55,14 @@ class Bench:
         options = Options(
             identity="bench",
             leader_elect=False,
-            webhook=WebhookOptions(self.cert_file, self.key_file, "127.0.0.1", self.port)
+            webhook=WebhookOptions(
+                self.cert_file,
+                self.key_file,
+                "127.0.0.1",
+                self.port,
+                client_ca_file=self.cp.webhook_client.ca_file,
+                client_names=(self.cp.webhook_client.name,),
+            )
             if webhook
             else None,
             metrics_port=None,
@@ -69,7 +76,7 @@ class Bench:
             names = [f"node-{i:04d}" for i in range(self.nodes)]
             devices = await fleet.seed(admin, names)
             _say(f"seeded {devices} GPUs on {self.nodes} nodes in {time.perf_counter() - t:.1f}s")
-            url = f"https://127.0.0.1:{self.port}/mutate"
+            url = f"https://127.0.0.1:{self.port}"
             config = fleet.webhook_configuration(url, self.cp.ca_pem)
             await fleet.put_webhook_configuration(admin, config)
             await admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})

@@ -59,6 +59,8 @@ class Memory:
     bound_on_node: dict[str, tuple[int, dict[str, list[GPUDevice]]]] = field(default_factory=dict)
     # Answered bind requests, by key, due for deletion should their webhook not delete them.
     request_expiry: Deadlines = field(default_factory=Deadlines)
+    # Orders whose VMI was said to block a drain (steps.drains), to unsay once it does not.
+    drain_blocked: set[str] = field(default_factory=set)
 
     def verdicts(self, step: str) -> Verdicts:
         v = self.clean.get(step)

@@ -14,6 +14,9 @@ from gpu_binder.binder.freestates import FreeStates
 from gpu_binder.binder.resources import NodeResources
 from gpu_binder.placement.topology import domain_of
 
+# The device condition naming the VMIs a drain of its cordoned node waits for (steps.drains).
+DRAIN_BLOCKED = "DrainBlocked"
+
 
 def is_free(d: GPUDevice) -> bool:
     """Free to bind: Available, schedulable, healthy and not being deleted."""
@@ -45,8 +48,14 @@ class DeviceIndex:
         self.unclassified: set[str] = set()
         # Devices matching more than one class, shown on those classes' conditions.
         self.ambiguous: set[str] = set()
+        # Devices carrying the DrainBlocked condition (steps.drains): it goes when the drain
+        # no longer waits, which only a look at these finds.
+        self.drain_flagged: set[str] = set()
         # slot resource name -> devices serving it, for the KubeVirt settings.
         self.slot_users: dict[str, int] = defaultdict(int)
+        # Per node, the device serving each slot resource there: what a VMI's slot entry
+        # names (binder.vmiorder).
+        self.by_slot: dict[str, dict[str, GPUDevice]] = defaultdict(dict)
         # (tenant namespace, class, "bound" or "attached") -> devices: what each tenant
         # holds, for the metrics, without a scan of the devices per scrape.
         self.held: dict[tuple[str, str, str], int] = {}
@@ -132,11 +141,15 @@ class DeviceIndex:
             self.unhealthy.add(name)
         if s.phase is None:
             self.unclassified.add(name)
-        if any(c.type == "Classified" and c.reason == "Ambiguous" for c in s.conditions):
-            self.ambiguous.add(name)
+        for c in s.conditions:
+            if c.type == "Classified" and c.reason == "Ambiguous":
+                self.ambiguous.add(name)
+            elif c.type == DRAIN_BLOCKED:
+                self.drain_flagged.add(name)
         slot = slot_resource(d)
         if slot:
             self.slot_users[slot] += 1
+            self.by_slot[d.spec.node_name][slot] = d
         self._placement_index(d, 1)
 
     def _unindex(self, d: GPUDevice) -> None:
@@ -164,6 +177,7 @@ class DeviceIndex:
             self.unhealthy,
             self.unclassified,
             self.ambiguous,
+            self.drain_flagged,
         ):
             idx.discard(name)
         slot = slot_resource(d)
@@ -171,6 +185,11 @@ class DeviceIndex:
             self.slot_users[slot] -= 1
             if self.slot_users[slot] <= 0:
                 del self.slot_users[slot]
+            on_node = self.by_slot.get(d.spec.node_name)
+            if on_node is not None and on_node.get(slot) is d:
+                del on_node[slot]
+                if not on_node:
+                    del self.by_slot[d.spec.node_name]
         self._placement_index(d, -1)
 
     def _recount(self, old: GPUDevice | None, new: GPUDevice | None) -> None:
@@ -271,6 +290,17 @@ def _held(d: GPUDevice) -> tuple[str, str, str]:
     b = d.status.binding
     assert b is not None
     return (b.vm.namespace, d.status.class_name, "attached" if d.status.attachment else "bound")
+
+
+def set_node(devs: list[GPUDevice]) -> str:
+    """The node a set lives on: where a live VMI uses it, else where most of it is."""
+    for d in devs:
+        if d.status.attachment is not None:
+            return d.spec.node_name
+    counts: dict[str, int] = {}
+    for d in devs:
+        counts[d.spec.node_name] = counts.get(d.spec.node_name, 0) + 1
+    return min(counts, key=lambda n: (-counts[n], n))
 
 
 def slot_resource(d: GPUDevice) -> str:

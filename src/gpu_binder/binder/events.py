@@ -19,6 +19,7 @@ API_VERSIONS = {
     "GPUDevice": "gpu.cozystack.io/v1alpha1",
     "GPUBindRequest": "gpu.cozystack.io/v1alpha1",
     "GPUClass": "gpu.cozystack.io/v1alpha1",
+    "KubeVirt": "kubevirt.io/v1",
 }
 
 
@@ -74,6 +75,9 @@ ACTIONS = {
     "GPULost": "MarkLost",
     "GPURecovered": "Recover",
     "GPUDegraded": "MarkDegraded",
+    "GPUDrainBlocked": "BlockDrain",
+    "GPUClassRefused": "Refuse",
+    "GPUPermittedHostDevicesCreated": "Configure",
 }
 
 

@@ -1,10 +1,19 @@
-"""The binder's metrics, on a registry of its own so several binders can share a process."""
+"""The binder's metrics, on a registry of its own so several binders can share a process.
+
+Names follow Prometheus's conventions (https://prometheus.io/docs/practices/naming/): base
+units in the name (`_seconds`, `_timestamp_seconds`, `_gpus`), `_total` on counters (the
+client adds it), and `gpu_binder_build_info` for the version; tests/kube/test_metric_names.py
+lints the exposition with promtool. The chart's alerts (templates/prometheusrule.yaml) and
+dashboard read these names.
+"""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator, Mapping
+from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -41,14 +50,14 @@ class Metrics:
             registry=r,
         )
         self.largest_free = Gauge(
-            "gpu_binder_largest_free_set",
-            "Largest order that can be bound now",
+            "gpu_binder_largest_free_set_gpus",
+            "Largest order (in GPUs) that can be bound now",
             ["class_name"],
             registry=r,
         )
         self.passes = Counter("gpu_binder_passes", "Passes run", ["key", "outcome"], registry=r)
         self.pass_seconds = Histogram(
-            "gpu_binder_pass_seconds",
+            "gpu_binder_pass_duration_seconds",
             "Duration of a pass",
             ["key"],
             registry=r,
@@ -69,11 +78,34 @@ class Metrics:
             "Orders of existing VMs (or standalone VMIs) that no node can take now",
             registry=r,
         )
+        # DESIGN §3 node status: nodes whose device plugin has served too few units for
+        # longer than degradedGrace (Node condition GPUDegraded=True).
+        self.degraded_nodes = Gauge(
+            "gpu_binder_degraded_nodes",
+            "Nodes whose device plugin serves fewer GPUs than they hold, past degradedGrace",
+            registry=r,
+        )
+        # A reset that never comes keeps a GPU from every tenant: the alert compares this
+        # with time(), so it fires for one stuck device, not for a busy cluster's turnover.
+        self.oldest_cleaning = Gauge(
+            "gpu_binder_oldest_cleaning_timestamp_seconds",
+            "When the GPU longest in Cleaning was released (Unix time), per class; no "
+            "series while none of the class is cleaning",
+            ["class_name"],
+            registry=r,
+        )
+        self.build = Info("gpu_binder_build", "The running gpu-binder", registry=r)
+        self.build.info({"version": version(), "python": platform.python_version()})
         self.tenants = TenantGPUs()
         r.register(self.tenants)
 
     def export(
-        self, world: World, largest: dict[str, int], unmanaged: int, unplaceable: int
+        self,
+        world: World,
+        largest: dict[str, int],
+        unmanaged: int,
+        unplaceable: int,
+        degraded_nodes: int = 0,
     ) -> None:
         for class_name, by_phase in world.devices.counts.items():
             for phase in Phase:
@@ -82,4 +114,25 @@ class Metrics:
             self.largest_free.labels(class_name).set(n)
         self.unmanaged.set(unmanaged)
         self.unplaceable.set(unplaceable)
+        self.degraded_nodes.set(degraded_nodes)
+        # The cleaning index holds the few devices between release and reset, not all.
+        oldest: dict[str, float] = {}
+        for name in world.devices.cleaning:
+            d = world.devices.by_name[name]
+            if d.status.released_at is None:
+                continue
+            at = d.status.released_at.timestamp()
+            class_name = d.status.class_name or "-"
+            oldest[class_name] = min(at, oldest.get(class_name, at))
+        self.oldest_cleaning.clear()
+        for class_name, at in oldest.items():
+            self.oldest_cleaning.labels(class_name).set(at)
         self.tenants.held = world.devices.held
+
+
+def version() -> str:
+    """The installed package's version (pyproject.toml), or "unknown" from a bare checkout."""
+    try:
+        return metadata.version("gpu-binder")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
@@ -48,11 +49,29 @@ def device_note(d: GPUDevice, reason: str, message: str, warning: bool = False) 
     )
 
 
+def stopped_since(devs: list[GPUDevice]) -> datetime | None:
+    """When the order of this set stopped, as its devices say: the latest of their detaches
+    and of the stops their bindings carry (a bind while stopped is no stop: see
+    Binding.stopped_at), else of their binds (a set bound while its VM was stopped)."""
+    out: datetime | None = None
+    for d in devs:
+        b = d.status.binding
+        for t in (d.status.detached_at, b and (b.stopped_at or b.bound_at)):
+            if isinstance(t, datetime) and (out is None or t > out):
+                out = t
+    return out
+
+
 def bind(ctx: Context, d: GPUDevice, key: str, reason: BindReason, why: str) -> GPUDevice:
-    """Reserve d for the order key; the VM gets an Event saying why."""
+    """Reserve d for the order key; the VM gets an Event saying why.
+
+    Bound while the order is stopped, the device carries the time its set stopped: a move
+    or rebind of a stopped set does not start its reservation anew."""
+    stopped = None if ctx.world.runs(key) else stopped_since(ctx.world.devices.set_of(key))
+    binding = Binding(vm=order_ref(ctx, key), bound_at=ctx.now, reason=reason, stopped_at=stopped)
     status = d.status.model_copy(
         update={
-            "binding": Binding(vm=order_ref(ctx, key), bound_at=ctx.now, reason=reason),
+            "binding": binding,
             "phase": Phase.BOUND,
             "attachment": None,
             "detached_at": None,

@@ -15,7 +15,11 @@ from gpu_binder.binder.world import World
 
 # "finalizers": a JSON merge patch of the object's metadata.finalizers (to those of obj),
 # carrying obj's resourceVersion, for objects the binder does not own (a VMI).
-Verb = Literal["update", "status", "create", "apply", "node_status", "delete", "finalizers"]
+# "annotations": a JSON merge patch of the one annotation the binder keeps on a VM (the
+# devices it holds, steps/tenantview.py), without a resourceVersion: it only reports.
+Verb = Literal[
+    "update", "status", "create", "apply", "node_status", "delete", "finalizers", "annotations"
+]
 
 
 @dataclass(frozen=True, slots=True)

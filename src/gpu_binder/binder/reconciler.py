@@ -16,6 +16,7 @@ from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.meta import Condition
 from gpu_binder.api.types import (
+    DEVICES_ANNOTATION,
     FINALIZER,
     RECORD_OPEN,
     RECORD_STATE_LABEL,
@@ -34,6 +35,7 @@ from gpu_binder.binder.steps import (
     attachments,
     defrag,
     devices,
+    drains,
     moves,
     orders,
     records,
@@ -42,6 +44,7 @@ from gpu_binder.binder.steps import (
     sets,
     settings,
     status,
+    tenantview,
 )
 from gpu_binder.binder.world import World
 from gpu_binder.client.errors import AlreadyExists, ApiError, Conflict, NotFound
@@ -170,9 +173,13 @@ class Reconciler:
         if not result.aborted:
             # Only once the records it waits for are written: a VMI held for them may go.
             await self._run(records.usage_finalizers, now, result)
+        if not result.aborted:
+            # What each VM holds, on the VM, for its tenant (no effect on any decision).
+            await self._run(tenantview.vm_annotations, now, result)
         if enabled:
             await self._run(status.class_status, now, result)
             await self._run(status.node_status, now, result)
+            await self._run(drains.drains, now, result)
             await self._run(settings.settings, now, result)
             self._export()
 
@@ -199,7 +206,13 @@ class Reconciler:
         ctx = self._context(self.clock())
         largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
         unmanaged = len(self.memory.unadopted)
-        self.metrics.export(self.world, largest, unmanaged, len(self.memory.unplaceable))
+        self.metrics.export(
+            self.world,
+            largest,
+            unmanaged,
+            len(self.memory.unplaceable),
+            degraded_nodes=len(self.memory.degraded),
+        )
 
     def _context(self, now: datetime) -> Context:
         return Context(self.world, self.config, now, self.memory, Plan(self.world, now), self.scope)
@@ -262,6 +275,11 @@ class Reconciler:
         if w.verb == "status":
             return await c.update_status(w.obj)
         if w.verb == "update":
+            if isinstance(w.obj, GPUDevice):
+                # A device's only update is its finalizer (the agent owns the spec, status
+                # is a subresource): a patch of metadata.finalizers, so the binder holds
+                # patch, not update, on GPUDevices and cannot rewrite their spec whole.
+                return await self._finalizers(w.obj)
             return await c.update(w.obj)
         if w.verb == "create":
             try:
@@ -279,6 +297,11 @@ class Reconciler:
             return await c.apply(KubeVirt, w.obj.body)
         if w.verb == "finalizers":
             return await self._finalizers(w.obj)
+        if w.verb == "annotations":
+            meta = w.obj.metadata
+            value = meta.annotations.get(DEVICES_ANNOTATION)
+            patch = {"metadata": {"annotations": {DEVICES_ANNOTATION: value}}}
+            return await c.patch(type(w.obj), meta.name, meta.namespace, patch)
         if w.verb == "node_status":
             node_name, cond = w.obj
             return await self._node_condition(node_name, cond)
@@ -310,10 +333,7 @@ class Reconciler:
         return written
 
     async def _node_condition(self, node_name: str, cond: Condition) -> Node:
-        node = await self.client.get(Node, node_name)
-        raw = node.to_dict()
-        st = raw.setdefault("status", {})
-        conds = [c for c in st.get("conditions") or [] if c.get("type") != cond.type]
-        conds.append(cond.to_dict())
-        st["conditions"] = conds
-        return await self.client.update_status(Node.from_dict(raw))
+        """The GPUDegraded condition alone, by a strategic merge patch of nodes/status: no
+        GET and PUT of the whole status, which would need update rights on every field
+        of every node and race the kubelet's heartbeats."""
+        return await self.client.set_condition(Node, node_name, "", cond.to_dict())

@@ -8,14 +8,13 @@ response at once, so the next decision never acts on what the binder itself repl
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import (
-    GROUP,
     OPEN_RECORDS,
     USAGE_FINALIZER,
     GPUBindRequest,
@@ -26,9 +25,11 @@ from gpu_binder.api.types import (
     watched_record,
 )
 from gpu_binder.binder.deviceindex import DeviceIndex, discard_from
+from gpu_binder.binder.ordering import Orders
+from gpu_binder.binder.vmiorder import Resolved, revision_key
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.placement.mix import Demand, Mix
-from gpu_binder.placement.options import group, resolve
+from gpu_binder.placement.options import group
 
 # Deleted VMIs whose finish time is kept: far more than end between two passes.
 ENDED_VMIS_KEPT = 10_000
@@ -46,23 +47,30 @@ def vm_key_of_vmi(vmi: VirtualMachineInstance) -> str:
     return vmi.order_key
 
 
-class World:
-    """Everything the binder decides on, fed by watch events."""
+class World(Orders):
+    """Everything the binder decides on, fed by watch events; the queries about orders
+    are binder.ordering's."""
 
     def __init__(self) -> None:
         self.devices = DeviceIndex()
         self.classes: dict[str, GPUClass] = {}
         self.class_by_resource: dict[str, GPUClass] = {}
-        self.class_by_slot: dict[str, GPUClass] = {}
         self.nodes: dict[str, Node] = {}
         self.vms: dict[str, VirtualMachine] = {}
         self.vmis: dict[str, VirtualMachineInstance] = {}
+        # The instancetype revisions KubeVirt recorded (INSTANCETYPE_REVISIONS), and the VMs
+        # reading each, so a revision that comes or changes re-decides their orders.
+        self.revisions: dict[str, ControllerRevision] = {}
+        self.vms_by_revision: dict[str, set[str]] = defaultdict(set)
+        self._revision_of: dict[str, str] = {}
         # Live VMIs by the order they run for (VM key, or the VMI's own key).
         self.vmis_by_order: dict[str, set[str]] = defaultdict(set)
         # VMIs with no VirtualMachine: each is an order of its own, under its own key.
         self.standalone: set[str] = set()
         # Nodes holding devices whose Node is gone or not Ready: their devices may be Lost.
         self.down_nodes: set[str] = set()
+        # Cordoned nodes (spec.unschedulable): a drain may wait on their GPU VMIs.
+        self.cordoned: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
         self.records: dict[str, GPUUsageRecord] = {}
@@ -75,6 +83,9 @@ class World:
         # at the VMIs that changed into this state, not at every VMI.
         self.usage_held: set[str] = set()
         self.kubevirt: dict[str, KubeVirt] = {}
+        # Device classes the KubeVirt CR has served twice, per CR object and class generation
+        # (binder.hostdevices.served_twice).
+        self.served_twice_cache: tuple[object, int, dict[str, str]] | None = None
         # When deleted VMIs finished, by uid, oldest first (see vmi_ended_at).
         self.ended_vmis: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
@@ -82,8 +93,10 @@ class World:
         self.class_gen = 0
         # A change that touches every key (a class): the next pass sweeps everything.
         self.needs_full = True
-        # Orders per VM key, parsed once per VM object and class generation.
-        self._orders: dict[str, tuple[object, dict[str, int]]] = {}
+        # Orders per VM key, parsed once per VM and revision object and class generation;
+        # what each VMI runs with, resolved once per VMI object and node generation.
+        self._orders: dict[str, tuple[object, object, dict[str, int] | None]] = {}
+        self._runs: dict[str, tuple[object, int | None, str, int | None, int, Resolved]] = {}
         self.synced = False
         # The order mix placement weighs free GPUs by: every order's demand, kept as VMs
         # (and standalone VMIs) come, change and go (see placement.mix).
@@ -102,8 +115,15 @@ class World:
             self._apply_vmi(obj, deleted)
         elif isinstance(obj, VirtualMachine):
             _put(self.vms, obj.key, obj, deleted)
+            self._index_revision(obj.key, "" if deleted else revision_key(obj))
             self.devices.touch_key(obj.key)
             self._order_changed(obj.key)
+        elif isinstance(obj, ControllerRevision):
+            deleted = deleted or not obj.is_instancetype
+            _put(self.revisions, obj.key, obj, deleted)
+            for key in sorted(self.vms_by_revision.get(obj.key, ())):
+                self.devices.touch_key(key)
+                self._order_changed(key)
         elif isinstance(obj, Node):
             self._apply_node(obj, deleted)
         elif isinstance(obj, GPUClass):
@@ -130,7 +150,13 @@ class World:
                 discard_from(self.open_by_device, obj.spec.device, key)
                 discard_from(self.open_by_vmi, obj.spec.vmi.uid, key)
         elif isinstance(obj, KubeVirt):
-            _put(self.kubevirt, f"{obj.metadata.namespace}/{obj.metadata.name}", obj, deleted)
+            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+            old = self.kubevirt.get(key)
+            _put(self.kubevirt, key, obj, deleted)
+            if deleted or old is None or old.raw.get("spec") != obj.raw.get("spec"):
+                # Which classes it lets the binder serve may have changed (kubevirtcr): an
+                # order that found no room is tried again.
+                self.devices.capacity_gen += 1
         elif isinstance(obj, Event):
             return
 
@@ -158,11 +184,21 @@ class World:
                 self.down_nodes.add(d.spec.node_name)  # its devices may have to be Lost
         self.devices.put(d)
 
+    def _index_revision(self, vm_key: str, rev_key: str) -> None:
+        old = self._revision_of.pop(vm_key, "")
+        if old:
+            discard_from(self.vms_by_revision, old, vm_key)
+        if rev_key:
+            self._revision_of[vm_key] = rev_key
+            self.vms_by_revision[rev_key].add(vm_key)
+
     def _apply_vmi(self, vmi: VirtualMachineInstance, deleted: bool) -> None:
         old = self.vmis.get(vmi.key)
         if old is not None:
             discard_from(self.vmis_by_order, vm_key_of_vmi(old), old.key)
         _put(self.vmis, vmi.key, vmi, deleted)
+        if deleted:
+            self._runs.pop(vmi.key, None)
         if not deleted and USAGE_FINALIZER in vmi.metadata.finalizers and usage_over(vmi):
             self.usage_held.add(vmi.key)
         else:
@@ -191,6 +227,10 @@ class World:
             self.down_nodes.add(node.name)
         else:
             self.down_nodes.discard(node.name)
+        if not deleted and node.unschedulable:
+            self.cordoned.add(node.name)
+        else:
+            self.cordoned.discard(node.name)
         self.devices.capacity_gen += 1
         if deleted:
             self.devices.resources.set_allocatable(node.name, None, None)
@@ -211,15 +251,6 @@ class World:
         self.class_by_resource = {}
         for c in sorted(self.classes.values(), key=_age):
             self.class_by_resource.setdefault(c.spec.resource_name, c)
-        # The webhook rewrites an admitted VMI's entries to slot resources: a standalone
-        # VMI, its own order, is read from those (see _order), by their vendor-device part.
-        self.class_by_slot = {}
-        for c in sorted(self.classes.values(), key=lambda c: c.metadata.name):
-            if c.spec.pinning == "Device":
-                vendor = c.spec.match.vendor_id.removeprefix("0x")
-                for device_id in c.spec.match.device_ids:
-                    prefix = f"{GROUP}/{vendor}-{device_id.removeprefix('0x')}"
-                    self.class_by_slot.setdefault(prefix, c)
         self.devices.capacity_gen += 1
         self.class_gen += 1
         self._orders.clear()
@@ -238,9 +269,13 @@ class World:
         # An order being deleted (its VM, or a standalone VMI shutting down, which runs on
         # until it ends) asks for nothing new.
         if source is not None and source.metadata.deletion_timestamp is None:
+            if isinstance(source, VirtualMachine):
+                order = self.vm_order(source) or {}
+            else:
+                order = self.runs_with(source).order
             demands = demands_of(
-                self._order(source.device_names),
-                self._alternatives(source),
+                order,
+                self._alternatives(source.alternatives),
                 source.cpu_milli,
                 source.memory_bytes,
             )
@@ -254,9 +289,6 @@ class World:
             resources.forget_request(key)
         else:
             resources.set_request(key, (source.cpu_milli, source.memory_bytes))
-
-    def _alternatives(self, source: VirtualMachine | VirtualMachineInstance) -> tuple[str, ...]:
-        return tuple(c for c in source.alternatives if c in self.classes)
 
     # --- queries ----------------------------------------------------------------------
 
@@ -273,61 +305,6 @@ class World:
         if vmi is not None and vmi.metadata.uid == uid:
             return vmi.finished_at
         return self.ended_vmis.get(uid)
-
-    def live_vmis(self, order_key: str) -> list[VirtualMachineInstance]:
-        """The order's VMIs that are not Succeeded/Failed, those being deleted included:
-        they run until they end, and their devices are in use until then."""
-        keys = self.vmis_by_order.get(order_key)
-        if not keys:
-            return []
-        return [v for k in keys if (v := self.vmis[k]).live]
-
-    def order_of(self, key: str) -> dict[str, int]:
-        """GPUs per class that the VM (or standalone VMI) with this key orders.
-
-        With alternatives (placement.options), the option its set holds devices of: a set
-        of a100 devices serves entries naming h100 when the VM accepts both.
-        """
-        order = self.named_order(key)
-        alternatives = self.alternatives_of(key)
-        if not alternatives:
-            return order
-        held: dict[str, int] = {}
-        for name in self.devices.by_vm.get(key, ()):
-            c = self.devices.by_name[name].status.class_name
-            held[c] = held.get(c, 0) + 1
-        return resolve(order, alternatives, held)
-
-    def alternatives_of(self, key: str) -> tuple[str, ...]:
-        """The existing classes the order accepts in place of those its entries name."""
-        vm = self.vms.get(key)
-        if vm is not None:
-            return self._alternatives(vm) if vm.alternatives else ()
-        for v in self.live_vmis(key):
-            if v.vm_name is None and v.alternatives:
-                return self._alternatives(v)
-        return ()
-
-    def named_order(self, key: str) -> dict[str, int]:
-        """GPUs per class the order's entries name, before any alternative is taken."""
-        vm = self.vms.get(key)
-        if vm is not None:
-            cached = self._orders.get(key)
-            if cached is not None and cached[0] is vm:
-                return cached[1]
-            order = self._order(vm.device_names)
-            self._orders[key] = (vm, order)
-            return order
-        vmis = self.live_vmis(key)
-        return self._order(vmis[0].device_names if vmis and vmis[0].vm_name is None else ())
-
-    def _order(self, names: Iterable[str]) -> dict[str, int]:
-        order: dict[str, int] = {}
-        for n in names:
-            cls = self.class_by_resource.get(n) or self.class_by_slot.get(n.rpartition("-s")[0])
-            if cls is not None:
-                order[cls.metadata.name] = order.get(cls.metadata.name, 0) + 1
-        return order
 
     def node_usable(self, name: str) -> bool:
         """A node new sets may go to: present, Ready, not cordoned."""
@@ -371,17 +348,26 @@ WATCHED: tuple[type[Any], ...] = (
     GPUBindRequest,
     GPUUsageRecord,
     KubeVirt,
+    ControllerRevision,
 )
 
-# The label selector a kind in WATCHED is listed and watched with: only open usage records.
-SELECTORS: dict[type[Any], str] = {GPUUsageRecord: OPEN_RECORDS}
+# The label selector a kind in WATCHED is listed and watched with: only open usage records,
+# only the revisions of instancetypes.
+SELECTORS: dict[type[Any], str] = {
+    GPUUsageRecord: OPEN_RECORDS,
+    ControllerRevision: INSTANCETYPE_REVISIONS,
+}
 
 
 def selected(event: WatchEvent[Any]) -> WatchEvent[Any]:
     """An event as a watch with SELECTORS shows it: a usage record that is not (any more)
     selected arrives as DELETED, as the API server sends it. For feeds of every object."""
     obj = event.object
-    if isinstance(obj, GPUUsageRecord) and event.type != "DELETED" and not watched_record(obj):
+    if event.type == "DELETED":
+        return event
+    if (isinstance(obj, GPUUsageRecord) and not watched_record(obj)) or (
+        isinstance(obj, ControllerRevision) and not obj.is_instancetype
+    ):
         return WatchEvent("DELETED", obj)
     return event
 

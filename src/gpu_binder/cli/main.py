@@ -11,6 +11,12 @@ from collections.abc import Callable, Sequence
 # Subcommands that own their flags: their module's main function gets the rest of argv.
 DELEGATED: dict[str, tuple[str, str]] = {
     "agent": ("gpu_binder.agent.command", "main_agent"),
+    # `kubectl gpu`'s subcommands, for a machine with no kubectl (the chart's helm test).
+    "check": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "drain": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "status": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "vm": ("gpu_binder.kubectl.command", "main_kubectl"),
+    "why": ("gpu_binder.kubectl.command", "main_kubectl"),
     "replay": ("gpu_binder.replay.command", "main_replay"),
     "run": ("gpu_binder.kube.command", "main_run"),
     "sim": ("gpu_binder.sim.command", "main_sim_cli"),
@@ -25,7 +31,8 @@ def _delegate(name: str, argv: Sequence[str]) -> int:
     except (ImportError, AttributeError):
         print(f"gpu-binder {name}: not available in this build", file=sys.stderr)
         return 2
-    return entry(list(argv))
+    # kubectl gpu's entry takes its subcommand as the first argument.
+    return entry([name, *argv] if module == "gpu_binder.kubectl.command" else list(argv))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,6 +55,21 @@ def _parser() -> argparse.ArgumentParser:
     bw.add_argument("--devices", type=int, default=1_000)
     bw.add_argument("--samples", type=int, default=100, help="VMIs per measured path")
     bw.add_argument("--json", action="store_true")
+    bs = bench_sub.add_parser(
+        "start",
+        help="a burst of VM starts on KWOK nodes with the real scheduler, and the same "
+        "burst of plain pods without gpu-binder",
+    )
+    bs.add_argument("--nodes", type=int, default=500)
+    bs.add_argument("--gpus-per-node", type=int, default=8)
+    bs.add_argument("--vms", type=int, default=1_000)
+    bs.add_argument("--gpus-per-vm", type=int, default=2)
+    bs.add_argument("--json", action="store_true")
+    bf = bench_sub.add_parser(
+        "flood", help="other reviews' latency while one client floods the webhook server"
+    )
+    bf.add_argument("--samples", type=int, default=300, help="victim reviews per scenario")
+    bf.add_argument("--json", action="store_true")
     for name in DELEGATED:
         sub.add_parser(name, help=f"see gpu-binder {name} --help", add_help=False)
     return p
@@ -72,6 +94,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_binder.bench.webhook import main as bench_webhook
 
         figures = bench_webhook(args.devices, args.samples)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        return 0
+    if args.command == "bench" and args.bench == "start":
+        from gpu_binder.bench.start import main as bench_start
+        from gpu_binder.bench.start import table
+
+        figures = bench_start(args.nodes, args.gpus_per_node, args.vms, args.gpus_per_vm)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        print(table(figures), file=sys.stderr)
+        return 0
+    if args.command == "bench" and args.bench == "flood":
+        from gpu_binder.bench.flood import main as bench_flood
+
+        figures = bench_flood(args.samples)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     return 2

@@ -69,6 +69,14 @@ class Client(Protocol):
         """A JSON merge patch (RFC 7386) of the object."""
         ...
 
+    async def set_condition(
+        self, kind: type[T], name: str, namespace: str, condition: dict[str, Any]
+    ) -> T:
+        """Set one condition of status.conditions, by its type, and nothing else: a strategic
+        merge patch of the status subresource of a built-in kind (a Node), which merges
+        conditions by type. No read first, no resourceVersion: it touches one condition."""
+        ...
+
     async def apply(
         self, kind: type[T], obj: dict[str, Any], field_manager: str = "gpu-binder"
     ) -> T:

@@ -7,28 +7,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpu_binder.api.types import Phase
+from gpu_binder.display.slots import by_slot, glyphs, legend
 from gpu_binder.sim.cluster import Cluster
 
-COLOURS = {
-    Phase.AVAILABLE: "green",
-    Phase.BOUND: "yellow",
-    Phase.ATTACHED: "bold magenta",
-    Phase.LOST: "bold red",
-    Phase.CLEANING: "cyan",
-    Phase.RELEASING: "red",
-}
-LEGEND = "  ".join(f"[{c}]■[/] {p.value}" for p, c in COLOURS.items())
-# Without a terminal there is no colour: a letter per phase says what the square would.
-LETTERS = {
-    Phase.AVAILABLE: ".",
-    Phase.BOUND: "b",
-    Phase.ATTACHED: "A",
-    Phase.LOST: "L",
-    Phase.CLEANING: "c",
-    Phase.RELEASING: "r",
-}
-PLAIN_LEGEND = "  ".join(f"{LETTERS[p]} {p.value}" for p in COLOURS)
+LEGEND = legend(plain=False)
+PLAIN_LEGEND = legend(plain=True).plain
 
 
 def slots(c: Cluster, plain: bool = False) -> Table:
@@ -43,21 +26,12 @@ def slots(c: Cluster, plain: bool = False) -> Table:
         state = "gone" if node is None else ("Ready" if node.ready else "NotReady")
         if node is not None and node.unschedulable:
             state += ",cordoned"
-        devs = sorted(
-            (world.devices.by_name[n] for n in world.devices.by_node[name]),
-            key=lambda d: d.spec.slot or 0,
-        )
-        cells = Text()
+        devs = by_slot(world.devices.by_name[n] for n in world.devices.by_node[name])
         vms: list[str] = []
         for d in devs:
-            phase = d.status.phase or Phase.AVAILABLE
-            if plain:
-                cells.append(f"{LETTERS.get(phase, '?')} ")
-            else:
-                cells.append("■ ", style=COLOURS.get(phase, "white"))
             if d.status.binding and d.status.binding.vm.name not in vms:
                 vms.append(d.status.binding.vm.name)
-        t.add_row(name, state, cells, ", ".join(vms))
+        t.add_row(name, state, glyphs(devs, plain, sep=" "), ", ".join(vms))
     return t
 
 
@@ -83,4 +57,4 @@ def frame(c: Cluster, title: str, step: int, total: int) -> Group:
     header = Text(
         f"[{step}/{total}] {title}   t+{int((c.clock() - c.t0).total_seconds())}s", style="bold"
     )
-    return Group(header, slots(c), Text.from_markup(LEGEND), story(c), decisions(c))
+    return Group(header, slots(c), LEGEND, story(c), decisions(c))

@@ -109,11 +109,14 @@ def vmi(
     return VirtualMachineInstance.from_dict(raw)
 
 
-def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """deploy/binder/webhook.yaml, calling url (outside a cluster) with this CA."""
+def webhook_configuration(base_url: str, ca_pem: bytes) -> dict[str, Any]:
+    """deploy/binder/webhook.yaml, each webhook calling its own path under base_url (a
+    server outside the cluster, https://host:port) with this CA."""
     config: dict[str, Any] = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
+    ca = base64.b64encode(ca_pem).decode()
     for hook in config["webhooks"]:
-        hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": f"{base_url.rstrip('/')}{path}", "caBundle": ca}
     return config
 
 

@@ -19,23 +19,25 @@ def start_apiserver(
     ctx: ssl.SSLContext,
     flags: Mapping[str, str | None],
     timeout: float,
+    port: int | None = None,
 ) -> tuple[Process, str]:
     """Start kube-apiserver on etcd_url and wait until /healthz and /readyz answer ok (as
     ctx's client); the process and its URL. Certificates are read from work/certs.
 
     flags override or add flags (names without ``--``; None removes a default flag).
+    port: the one to listen on (a restart keeps its clients' URL); default a free one.
     """
     certs = work / "certs"
     url = ""
 
     def start() -> tuple[Process, Callable[[], bool]]:
         nonlocal url
-        port = free_port()
-        url = f"https://{LOOPBACK}:{port}"
+        port_ = port or free_port()
+        url = f"https://{LOOPBACK}:{port_}"
         defaults: dict[str, str | None] = {
             "advertise-address": LOOPBACK,
             "bind-address": LOOPBACK,
-            "secure-port": str(port),
+            "secure-port": str(port_),
             "etcd-servers": etcd_url,
             "cert-dir": str(certs),
             "tls-cert-file": str(certs / "apiserver.crt"),
@@ -45,7 +47,12 @@ def start_apiserver(
             "service-account-key-file": str(certs / "sa.pub"),
             "service-account-signing-key-file": str(certs / "sa.key"),
             "service-cluster-ip-range": "10.0.0.0/24",
-            "authorization-mode": "RBAC",
+            # Node: kubelets (system:node:<name>) get what their own pods need, as in a
+            # cluster; everyone else goes by RBAC.
+            "authorization-mode": "Node,RBAC",
+            # Pod logs and exec go through the kubelet, which trusts the run's CA.
+            "kubelet-client-certificate": str(certs / "apiserver-kubelet-client.crt"),
+            "kubelet-client-key": str(certs / "apiserver-kubelet-client.key"),
             "allow-privileged": "true",
             "disable-admission-plugins": "ServiceAccount",
             "profiling": "false",

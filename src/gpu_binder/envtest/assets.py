@@ -10,6 +10,10 @@ Order, as controller-runtime's envtest does it, then gpu-binder's own cache:
 5. otherwise :class:`AssetsUnavailable`, whose message says in one line how to enable it.
 
 A binary named explicitly by (1) or (2) that does not exist is an error, not a fallback.
+
+The node path's components (kube-scheduler, kube-controller-manager, kubelet, kwok;
+DESIGN.md §7.4) are found the same way (``KUBEBUILDER_ASSETS`` when it holds all four,
+then the cache) and built by the same script with ``--node``: :func:`ensure_node_assets`.
 """
 
 from __future__ import annotations
@@ -25,21 +29,28 @@ from pathlib import Path
 
 __all__ = [
     "DEFAULT_K8S_VERSION",
+    "DEFAULT_KWOK_VERSION",
     "HOW_TO_ENABLE",
+    "NODE_BINARIES",
     "AssetsBuildError",
     "AssetsUnavailable",
     "ControlPlaneAssets",
+    "NodeAssets",
     "build_assets",
     "build_script_path",
     "cache_dir",
     "cache_root",
     "ensure_assets",
+    "ensure_node_assets",
     "find_assets",
+    "find_node_assets",
     "k8s_version",
 ]
 
 #: The Kubernetes release built by ``scripts/build-controlplane.sh`` (keep the two in step).
 DEFAULT_K8S_VERSION = "v1.37.2"
+#: The KWOK release the script builds (``GPU_BINDER_KWOK_VERSION``; keep the two in step).
+DEFAULT_KWOK_VERSION = "v0.8.0"
 
 HOW_TO_ENABLE = (
     "to enable, set KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd, "
@@ -48,6 +59,11 @@ HOW_TO_ENABLE = (
 
 APISERVER = "kube-apiserver"
 ETCD = "etcd"
+NODE_BINARIES = ("kube-scheduler", "kube-controller-manager", "kubelet", "kwok")
+NODE_HOW_TO_ENABLE = (
+    "to enable, run scripts/build-controlplane.sh --node (Go, once per machine, about "
+    "18 min on 2 cores) or put them in KUBEBUILDER_ASSETS"
+)
 _PROGRESS_PREFIX = "[build-controlplane"
 
 Progress = Callable[[str], None]
@@ -67,6 +83,17 @@ class ControlPlaneAssets:
 
     kube_apiserver: Path
     etcd: Path
+    source: str
+
+
+@dataclass(frozen=True)
+class NodeAssets:
+    """Paths of the node path's binaries and where they came from."""
+
+    kube_scheduler: Path
+    kube_controller_manager: Path
+    kubelet: Path
+    kwok: Path
     source: str
 
 
@@ -139,6 +166,19 @@ def find_assets(version: str | None = None) -> ControlPlaneAssets | None:
     return None
 
 
+def find_node_assets(version: str | None = None) -> NodeAssets | None:
+    """kube-scheduler, kube-controller-manager, kubelet and kwok from ``KUBEBUILDER_ASSETS``
+    (when it holds all four) or the cache, without building anything; None if neither."""
+    places = [Path(d) for d in [os.environ.get("KUBEBUILDER_ASSETS", "")] if d]
+    places.append(cache_dir(version))
+    for place in places:
+        sched, cm, kubelet, kwok = (place / name for name in NODE_BINARIES)
+        if all(_executable(p) for p in (sched, cm, kubelet, kwok)):
+            source = "cache" if place == cache_dir(version) else "KUBEBUILDER_ASSETS"
+            return NodeAssets(sched, cm, kubelet, kwok, source=f"{source} {place}")
+    return None
+
+
 def _default_progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -148,8 +188,10 @@ def build_assets(
     *,
     progress: Progress | None = None,
     log_file: Path | None = None,
+    node: bool = False,
 ) -> Path:
-    """Run the build script for ``version``; return the directory holding both binaries.
+    """Run the build script for ``version``; return the directory holding the binaries
+    (with ``node``, the node path's four as well).
 
     The script's own progress lines go to ``progress`` (stderr by default); the Go tool's
     output goes to ``log_file`` (``<cache>/build/<version>/build.log`` by default).
@@ -166,14 +208,15 @@ def build_assets(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GPU_BINDER_K8S_VERSION=version)
     env["GPU_BINDER_CACHE"] = str(out_dir.parent.parent)
+    what = "kube-apiserver, etcd and the node components" if node else "kube-apiserver and etcd"
     say(
-        f"gpu-binder: building kube-apiserver and etcd for Kubernetes {version} with Go "
+        f"gpu-binder: building {what} for Kubernetes {version} with Go "
         f"(once per machine, many minutes on 2 cores); log: {log_path}"
     )
     started = time.monotonic()
     with log_path.open("w", encoding="utf-8") as log:
         proc = subprocess.Popen(
-            ["bash", str(script)],
+            ["bash", str(script), *(["--node"] if node else [])],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -194,7 +237,7 @@ def build_assets(
         raise AssetsBuildError(f"{script} failed with exit code {code}; last lines:\n{tail}")
     lines = stdout.strip().splitlines()
     built = Path(lines[-1]) if lines else out_dir
-    say(f"gpu-binder: control plane built in {time.monotonic() - started:.0f} s: {built}")
+    say(f"gpu-binder: {what} built in {time.monotonic() - started:.0f} s: {built}")
     return built
 
 
@@ -219,3 +262,25 @@ def ensure_assets(
     if found is None:
         raise AssetsBuildError(f"build finished but {cache_dir(version)} lacks the binaries")
     return ControlPlaneAssets(found.kube_apiserver, found.etcd, f"built into {cache_dir(version)}")
+
+
+def ensure_node_assets(
+    version: str | None = None,
+    *,
+    build: bool = True,
+    progress: Progress | None = None,
+) -> NodeAssets:
+    """Find the node path's binaries, building them with Go when allowed and needed
+    (errors as :func:`ensure_assets`)."""
+    found = find_node_assets(version)
+    if found is not None:
+        return found
+    if not build:
+        raise AssetsUnavailable(f"no {', '.join(NODE_BINARIES)}; {NODE_HOW_TO_ENABLE}")
+    if shutil.which("go") is None:
+        raise AssetsUnavailable(f"no {', '.join(NODE_BINARIES)} and no Go; {NODE_HOW_TO_ENABLE}")
+    build_assets(version, progress=progress, node=True)
+    found = find_node_assets(version)
+    if found is None:
+        raise AssetsBuildError(f"build finished but {cache_dir(version)} lacks the node binaries")
+    return found

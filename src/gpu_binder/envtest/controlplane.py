@@ -7,8 +7,10 @@ the ``ServiceAccount`` admission plugin disabled so no controller-manager is nee
 Readiness is polled on ``/healthz`` then ``/readyz``. A kubeconfig for a client-certificate
 admin (``system:masters``) is written for other tools (kubectl, kubernetes-asyncio).
 
-There is no controller-manager or scheduler: namespaces are not finalized on deletion,
-garbage collection does not run, and pods are never scheduled.
+By default there is no controller-manager or scheduler: namespaces are not finalized on
+deletion, garbage collection does not run, and pods are never scheduled.
+``components=("kube-scheduler", "kube-controller-manager")`` starts them too
+(:mod:`gpu_binder.envtest.components`), after the apiserver, stopped before it.
 
     with ControlPlane() as cp:
         cp.install_crds(["deploy/crds"])
@@ -29,15 +31,17 @@ from typing import Any, Self
 
 from . import crd, rest
 from .apiserver import start_apiserver
-from .assets import ControlPlaneAssets, Progress, ensure_assets
+from .assets import ControlPlaneAssets, NodeAssets, Progress, ensure_assets, ensure_node_assets
 from .certs import ADMIN_USER, ControlPlaneCerts, generate_control_plane_certs
+from .components import CONTROLLER_MANAGER, SCHEDULER, component_kubeconfig, start_component
 from .etcd import start_etcd
 from .files import write_kubeconfig
 from .process import ControlPlaneError, Process
 from .rest import ApiResponse
 from .users import User, issue_user
+from .webhookclient import WebhookClient, write_authorization_config, write_webhook_client
 
-__all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User"]
+__all__ = ["ApiResponse", "ControlPlane", "ControlPlaneError", "User", "WebhookClient"]
 
 
 class ControlPlane:
@@ -61,7 +65,18 @@ class ControlPlane:
         start_timeout: float = 90.0,
         build: bool = True,
         progress: Progress | None = None,
+        components: Sequence[str] = (),
+        component_flags: Mapping[str, Mapping[str, str | None]] | None = None,
+        node_assets: NodeAssets | None = None,
+        authorization: tuple[Mapping[str, Any], str] | None = None,
     ) -> None:
+        unknown = set(components) - {SCHEDULER, CONTROLLER_MANAGER}
+        if unknown:
+            raise ValueError(f"unknown components {sorted(unknown)}")
+        self.components = tuple(components)
+        self._component_flags = {k: dict(v) for k, v in (component_flags or {}).items()}
+        self._node_assets = node_assets
+        self._running: dict[str, Process] = {}
         self._assets = assets
         self._apiserver_flags = dict(apiserver_flags or {})
         self._etcd_flags = dict(etcd_flags or {})
@@ -72,6 +87,9 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self._build = build
         self._progress = progress
+        # (an AuthorizationConfiguration, the URL of its webhook authorizers): replaces
+        # --authorization-mode=RBAC.
+        self._authorization = authorization
         self._work: Path | None = None
         self._etcd: Process | None = None
         self._apiserver: Process | None = None
@@ -79,9 +97,11 @@ class ControlPlane:
         self._ssl: ssl.SSLContext | None = None
         self._url: str | None = None
         self._etcd_url: str | None = None
+        self._etcd_peer_url: str | None = None
         self._ca_file: Path | None = None
         self._kubeconfig: Path | None = None
         self._admin: User | None = None
+        self._webhook_client: WebhookClient | None = None
         self.startup_seconds: float | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -118,6 +138,10 @@ class ControlPlane:
             self._start_etcd(assets)
             self._start_apiserver(assets)
             self._write_admin_kubeconfig()
+            if self.components and self._node_assets is None:
+                self._node_assets = ensure_node_assets(build=self._build, progress=self._progress)
+            for name in self.components:
+                self.start_component(name)
         except BaseException:
             self.stop()
             raise
@@ -125,7 +149,10 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd (SIGTERM, SIGKILL after 10 s); remove temp dirs."""
+        """Stop the components, kube-apiserver, then etcd (SIGTERM, SIGKILL after 10 s);
+        remove temp dirs."""
+        for name in list(self._running):
+            self.stop_component(name)
         if self._apiserver is not None:
             self._apiserver.stop()
             self._apiserver = None
@@ -192,6 +219,20 @@ class ControlPlane:
         return self._admin
 
     @property
+    def node_assets(self) -> NodeAssets:
+        """The node path's binaries (found or built when components were started)."""
+        if self._node_assets is None:
+            self._node_assets = ensure_node_assets(build=self._build, progress=self._progress)
+        return self._node_assets
+
+    @property
+    def webhook_client(self) -> WebhookClient:
+        """The client certificate the API server presents to every webhook, and its CA."""
+        self._require()
+        assert self._webhook_client is not None
+        return self._webhook_client
+
+    @property
     def work_dir(self) -> Path:
         return self._require()
 
@@ -199,7 +240,8 @@ class ControlPlane:
     def log_files(self) -> dict[str, Path]:
         """``{"etcd": ..., "kube-apiserver": ...}`` (under ``work_dir/logs``)."""
         work = self._require()
-        return {name: work / "logs" / f"{name}.log" for name in ("etcd", "kube-apiserver")}
+        names = ("etcd", "kube-apiserver", *self.components)
+        return {name: work / "logs" / f"{name}.log" for name in names}
 
     def ssl_context(self, user: User | None = None) -> ssl.SSLContext:
         """A client TLS context trusting the CA, authenticating as ``user`` (default admin)."""
@@ -219,6 +261,9 @@ class ControlPlane:
         self._ca_file = cert_dir / "ca.crt"
         self._ca_file.write_bytes(certs.ca.cert_pem)
         certs.serving.write(cert_dir, "apiserver")
+        certs.ca.issue_client("kube-apiserver-kubelet-client", ("system:masters",)).write(
+            cert_dir, "apiserver-kubelet-client"
+        )
         admin_cert, admin_key = certs.admin.write(cert_dir, "admin")
         (cert_dir / "sa.key").write_bytes(certs.service_account_key_pem)
         (cert_dir / "sa.key").chmod(0o600)
@@ -230,23 +275,83 @@ class ControlPlane:
         self._admin = User(
             ADMIN_USER, ("system:masters",), admin_cert, admin_key, self._work / "kubeconfig"
         )
+        self._webhook_client = write_webhook_client(cert_dir)
 
     def _start_etcd(self, assets: ControlPlaneAssets) -> None:
         assert self._work is not None
-        self._etcd, self._etcd_url = start_etcd(
+        self._etcd, self._etcd_url, self._etcd_peer_url = start_etcd(
             assets.etcd, self._work, self._etcd_flags, self.start_timeout
         )
 
-    def _start_apiserver(self, assets: ControlPlaneAssets) -> None:
+    def _start_apiserver(self, assets: ControlPlaneAssets, port: int | None = None) -> None:
         assert self._work is not None and self._etcd_url is not None and self._ssl is not None
+        assert self._webhook_client is not None
+        # Webhooks are called with the control plane's webhook client certificate.
+        flags: dict[str, str | None] = {
+            "admission-control-config-file": str(self._webhook_client.admission_config),
+        }
+        if self._authorization is not None:
+            template, url = self._authorization
+            certs = self._work / "certs"
+            config = write_authorization_config(
+                certs, dict(template), url, self._webhook_client, certs / "ca.crt"
+            )
+            flags.update({"authorization-config": str(config), "authorization-mode": None})
+        flags.update(self._apiserver_flags)
         self._apiserver, self._url = start_apiserver(
             assets.kube_apiserver,
             self._work,
             self._etcd_url,
             self._ssl,
-            self._apiserver_flags,
+            flags,
             self.start_timeout,
+            port,
         )
+
+    # ---------------------------------------------------------------- faults
+
+    def restart_apiserver(self, down: float = 0.0) -> None:
+        """Stop kube-apiserver, wait down seconds, start it again on the same URL."""
+        assert self._apiserver is not None and self._assets is not None
+        port = int(self.url.rsplit(":", 1)[1])
+        self._apiserver.stop()
+        time.sleep(down)
+        self._start_apiserver(self._assets, port)
+
+    def restart_etcd(self, down: float = 0.0) -> None:
+        """Stop etcd, wait down seconds, start it again on its ports with its data."""
+        assert self._etcd is not None and self._assets is not None and self._work is not None
+        assert self._etcd_url is not None and self._etcd_peer_url is not None
+        self._etcd.stop()
+        time.sleep(down)
+        self._etcd, _, _ = start_etcd(
+            self._assets.etcd,
+            self._work,
+            self._etcd_flags,
+            self.start_timeout,
+            again=(self._etcd_url, self._etcd_peer_url),
+        )
+
+    def start_component(self, name: str) -> None:
+        """Start kube-scheduler or kube-controller-manager (again, after stop_component)."""
+        work = self._require()
+        assert self._node_assets is not None and self._certs is not None
+        if name in self._running:
+            raise ControlPlaneError(f"{name} already running")
+        binary = {
+            SCHEDULER: self._node_assets.kube_scheduler,
+            CONTROLLER_MANAGER: self._node_assets.kube_controller_manager,
+        }[name]
+        kubeconfig = component_kubeconfig(self._certs, self.url, work, name)
+        flags = self._component_flags.get(name, {})
+        self._running[name] = start_component(
+            name, binary, work, kubeconfig, flags, self.start_timeout
+        )
+
+    def stop_component(self, name: str) -> None:
+        proc = self._running.pop(name, None)
+        if proc is not None:
+            proc.stop()
 
     def _write_admin_kubeconfig(self) -> None:
         admin = self._admin

@@ -34,6 +34,7 @@ WATCH_SECONDS = 300
 READ_RETRIES = 3
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
@@ -158,6 +159,16 @@ class KubeClient:
         res = resource_of(kind)
         raw = await self.request(
             "PATCH", path(res, namespace, name, "status"), patch, content_type=MERGE_PATCH
+        )
+        return parse(kind, raw)
+
+    async def set_condition(
+        self, kind: type[T], name: str, namespace: str, condition: dict[str, Any]
+    ) -> T:
+        res = resource_of(kind)
+        patch = {"status": {"conditions": [condition]}}
+        raw = await self.request(
+            "PATCH", path(res, namespace, name, "status"), patch, content_type=STRATEGIC_PATCH
         )
         return parse(kind, raw)
 

@@ -13,42 +13,20 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from gpu_binder.api.meta import parse_duration
 from gpu_binder.binder.config import Config
+from gpu_binder.cli.flags import add_log_flags, boolean, duration, env_adder, names
+from gpu_binder.cli.logs import setup as setup_logs
 from gpu_binder.kube import ConfigError, connect
 from gpu_binder.kube.leaderelection import Timings
-from gpu_binder.kube.logs import setup as setup_logs
 from gpu_binder.kube.manager import Manager, Options, WebhookOptions, default_identity
+from gpu_binder.kube.serving import Limits
 
 log = logging.getLogger(__name__)
 
-ENV_PREFIX = "GPU_BINDER_"
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
-
-
-def _duration(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _namespaces(text: str) -> tuple[str, ...]:
-    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,66 +37,85 @@ def parser() -> argparse.ArgumentParser:
         "e.g. GPU_BINDER_LOST_GRACE=5m.",
     )
     d = Config()
-    add = _adder(p)
+    add = env_adder(p)
     add("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster config)")
     add("--context", default=None, help="kubeconfig context")
     add("--as", dest="as_user", default=None, help="impersonate this user (kubectl's --as)")
-    add("--as-group", default="", type=_namespaces, help="impersonated groups, comma-separated")
-    add("--enabled", default=d.enabled, type=_bool, help="bind GPUs (false: bookkeeping only)")
-    add("--attachment-grace", default=d.attachment_grace, type=_duration)
-    add("--lost-grace", default=d.lost_grace, type=_duration)
-    add("--degraded-grace", default=d.degraded_grace, type=_duration)
-    add("--bind-timeout", default=d.bind_timeout, type=_duration)
-    add("--resync", default=d.resync, type=_duration)
+    add("--as-group", default="", type=names, help="impersonated groups, comma-separated")
+    add("--enabled", default=d.enabled, type=boolean, help="bind GPUs (false: bookkeeping only)")
+    add("--attachment-grace", default=d.attachment_grace, type=duration)
+    add("--lost-grace", default=d.lost_grace, type=duration)
+    add("--degraded-grace", default=d.degraded_grace, type=duration)
+    add("--bind-timeout", default=d.bind_timeout, type=duration)
+    add("--resync", default=d.resync, type=duration)
     add(
         "--defrag",
         default=d.defrag,
-        type=_bool,
+        type=boolean,
         help="move stopped VMs' sets to make room for an order that fits nowhere",
     )
     add(
         "--excluded-namespaces",
         default=d.excluded_namespaces,
-        type=_namespaces,
+        type=names,
         help="namespaces whose VMIs the webhook passes untouched, comma-separated",
     )
     add("--kubevirt-namespace", default=d.kubevirt_namespace)
     add("--kubevirt-name", default=d.kubevirt_name)
-    add("--leader-elect", default=True, type=_bool, help="false: reconcile without a lease")
+    add("--leader-elect", default=True, type=boolean, help="false: reconcile without a lease")
     add("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpu-binder"))
     add("--lease-name", default="gpu-binder")
     add("--identity", default=os.environ.get("POD_NAME") or default_identity())
-    add("--lease-duration", default=timedelta(seconds=15), type=_duration)
-    add("--renew-deadline", default=timedelta(seconds=10), type=_duration)
-    add("--retry-period", default=timedelta(seconds=2), type=_duration)
-    add("--webhook", default=True, type=_bool, help="serve the admission webhook")
+    add("--lease-duration", default=timedelta(seconds=15), type=duration)
+    add("--renew-deadline", default=timedelta(seconds=10), type=duration)
+    add("--retry-period", default=timedelta(seconds=2), type=duration)
+    add("--webhook", default=True, type=boolean, help="serve the admission webhook")
     add("--webhook-host", default="0.0.0.0")
     add("--webhook-port", default=9443, type=int)
     add("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt", type=Path)
     add("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", type=Path)
-    add("--cert-reload-interval", default=timedelta(seconds=10), type=_duration)
+    add("--cert-reload-interval", default=timedelta(seconds=10), type=duration)
+    add(
+        "--webhook-client-ca-file",
+        default=None,
+        type=Path,
+        help="require a client certificate signed by this CA (the API server's, named in "
+        "its AdmissionConfiguration kubeconfig); unset: any client is served",
+    )
+    add(
+        "--webhook-client-names",
+        default="",
+        type=names,
+        help="accept only client certificates with one of these common or DNS names, "
+        "comma-separated (empty: any the CA signed)",
+    )
+    limits = Limits()
+    add("--webhook-max-connections", default=limits.max_connections, type=int)
+    add(
+        "--webhook-idle-timeout",
+        default=timedelta(seconds=limits.idle_timeout),
+        type=duration,
+        help="close a connection whose request's headers have not arrived this long after "
+        "it opened or after its last answer",
+    )
+    add("--webhook-body-timeout", default=timedelta(seconds=limits.body_timeout), type=duration)
     add("--metrics-host", default="0.0.0.0")
     add("--metrics-port", default=8080, type=int, help="0: no metrics and probe server")
-    add("--log-level", default="info", help="debug, info, warning or error")
-    add("--log-format", default="json", choices=("json", "text"))
+    add(
+        "--metrics-auth",
+        default=False,
+        type=boolean,
+        help="serve /metrics only to a bearer token allowed get on /metrics (TokenReview "
+        "and SubjectAccessReview); it tells what each tenant holds",
+    )
+    add(
+        "--metrics-tls",
+        default=False,
+        type=boolean,
+        help="serve metrics and probes over HTTPS with the webhook's serving certificate",
+    )
+    add_log_flags(add)
     return p
-
-
-def _adder(p: argparse.ArgumentParser) -> Callable[..., None]:
-    """add_argument with the default taken from GPU_BINDER_<FLAG> when it is set."""
-
-    def add(flag: str, **kwargs: Any) -> None:
-        env = ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
-        if env in os.environ:
-            convert = kwargs.get("type", str)
-            try:
-                kwargs["default"] = convert(os.environ[env])
-            except (argparse.ArgumentTypeError, ValueError) as e:
-                p.error(f"{env}: {e}")
-        kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]".strip()
-        p.add_argument(flag, **kwargs)
-
-    return add
 
 
 def settings(args: argparse.Namespace) -> tuple[Config, Options]:
@@ -141,6 +138,13 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
             host=args.webhook_host,
             port=args.webhook_port,
             reload_interval=args.cert_reload_interval.total_seconds(),
+            client_ca_file=args.webhook_client_ca_file,
+            client_names=tuple(args.webhook_client_names),
+            limits=Limits(
+                max_connections=args.webhook_max_connections,
+                idle_timeout=args.webhook_idle_timeout.total_seconds(),
+                body_timeout=args.webhook_body_timeout.total_seconds(),
+            ),
         )
         if args.webhook
         else None
@@ -158,6 +162,8 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
         webhook=webhook,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port or None,
+        metrics_auth=args.metrics_auth,
+        metrics_tls=args.metrics_tls,
     )
     return config, options
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,10 +30,13 @@ from gpu_binder.kube.controller import Controller
 from gpu_binder.kube.events import BackgroundRecorder
 from gpu_binder.kube.leaderelection import LeaderElector, Timings
 from gpu_binder.kube.metrics import RunMetrics
+from gpu_binder.kube.metricsauth import TokenAuthorizer
 from gpu_binder.kube.metricsserver import MetricsServer
 from gpu_binder.kube.queue import WorkQueue
+from gpu_binder.kube.serving import Limits
 from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.webhook import Admitter
+from gpu_binder.webhook.pods import PodPinner
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ class WebhookOptions:
     host: str = "0.0.0.0"
     port: int = 9443
     reload_interval: float = 10.0
+    # The CA of the API server's client certificate; None serves any client (no mTLS).
+    client_ca_file: Path | None = None
+    client_names: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,10 @@ class Options:
     metrics_host: str = "0.0.0.0"
     # None: no metrics server (tests that read the registry directly).
     metrics_port: int | None = 8080
+    # /metrics only for a token allowed get on it (TokenReview + SubjectAccessReview).
+    metrics_auth: bool = False
+    # Serve metrics over HTTPS with the webhook's serving certificate.
+    metrics_tls: bool = False
 
 
 class Manager:
@@ -84,6 +96,7 @@ class Manager:
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)
         self.admitter = Admitter(self.world, client, self.config)
+        self.pods = PodPinner(self.world, self.config, client=client)
         self.elector = LeaderElector(
             client,
             self.options.lease_namespace,
@@ -97,6 +110,7 @@ class Manager:
         self._controller_task: asyncio.Task[None] | None = None
         self.webhook: WebhookServer | None = None
         self.metrics_server: MetricsServer | None = None
+        self._metrics_certs: CertificateFiles | None = None
 
     # --- wiring ---------------------------------------------------------------------
 
@@ -155,15 +169,20 @@ class Manager:
         self.informers.start()
         self.recorder.start()
         webhook = self.options.webhook
+        metrics_tls = self._metrics_tls()
         if webhook is not None:
             self.webhook = WebhookServer(
                 self.admitter,
-                CertificateFiles(webhook.cert_file, webhook.key_file),
+                CertificateFiles(webhook.cert_file, webhook.key_file, webhook.client_ca_file),
                 self.run_metrics,
+                pods=self.pods,
                 host=webhook.host,
                 port=webhook.port,
                 reload_interval=webhook.reload_interval,
                 ready=lambda: self.ready,
+                limits=webhook.limits,
+                client_names=webhook.client_names,
+                also_reload=(self._metrics_certs,) if self._metrics_certs else (),
             )
             await self.webhook.start()
         if self.options.metrics_port is not None:
@@ -172,8 +191,21 @@ class Manager:
                 host=self.options.metrics_host,
                 port=self.options.metrics_port,
                 ready=lambda: self.ready,
+                authorizer=TokenAuthorizer(self.client) if self.options.metrics_auth else None,
+                ssl_context=metrics_tls,
             )
             await self.metrics_server.start()
+
+    def _metrics_tls(self) -> ssl.SSLContext | None:
+        webhook = self.options.webhook
+        if not self.options.metrics_tls:
+            return None
+        if webhook is None:
+            raise ValueError("metrics over TLS use the webhook's serving certificate")
+        # A context of its own (the webhook's asks clients for a certificate), reloaded by
+        # the webhook server's loop with its own.
+        self._metrics_certs = CertificateFiles(webhook.cert_file, webhook.key_file)
+        return self._metrics_certs.context
 
     async def shutdown(self) -> None:
         self._stopped_leading()

@@ -13,9 +13,9 @@ class RunMetrics:
             registry=registry,
         )
         self.admissions = Histogram(
-            "gpu_binder_webhook_seconds",
-            "Time to answer an AdmissionReview",
-            ["allowed"],
+            "gpu_binder_webhook_duration_seconds",
+            "Time to answer an AdmissionReview, by webhook (vmi, pod)",
+            ["webhook", "allowed"],
             registry=registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
@@ -28,6 +28,14 @@ class RunMetrics:
             "gpu_binder_informer_relists",
             "Lists after a watch expired (410 Gone)",
             ["kind"],
+            registry=registry,
+        )
+        self.refused = Counter(
+            "gpu_binder_webhook_refused",
+            "Connections and requests the webhook server refused, by reason (connections: "
+            "past the cap; client: a certificate not the API server's; body_timeout, "
+            "body_size; agent_read: a node agent's read of other nodes' GPUDevices)",
+            ["reason"],
             registry=registry,
         )
         self.cert_reloads = Counter(

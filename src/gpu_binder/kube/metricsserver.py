@@ -1,12 +1,21 @@
-"""Plain HTTP for Prometheus and the kubelet: /metrics, /healthz, /readyz."""
+"""HTTP(S) for Prometheus and the kubelet: /metrics, /healthz, /readyz.
+
+With an authorizer, /metrics answers only a bearer token allowed `get` on /metrics
+(kube.metricsauth): it carries what each tenant holds. The probes stay open. With a TLS
+context the port serves HTTPS (the webhook's serving certificate), so the token is not
+sent in the clear.
+"""
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gpu_binder.kube.metricsauth import TokenAuthorizer
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +28,12 @@ class MetricsServer:
         host: str = "0.0.0.0",
         port: int = 8080,
         ready: Callable[[], bool] = lambda: True,
+        authorizer: TokenAuthorizer | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.registry = registry
+        self.authorizer = authorizer
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.ready = ready
@@ -36,7 +49,10 @@ class MetricsServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port, reuse_address=True).start()
+        site = web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=self.ssl_context, reuse_address=True
+        )
+        await site.start()
         log.info("metrics serving", extra={"port": self.port})
 
     async def stop(self) -> None:
@@ -45,6 +61,10 @@ class MetricsServer:
             self._runner = None
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.authorizer is not None:
+            verdict = await self.authorizer.check(request.headers.get("Authorization"))
+            if verdict.status != 200:
+                return web.Response(status=verdict.status, text=verdict.reason)
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

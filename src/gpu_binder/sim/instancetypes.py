@@ -21,20 +21,20 @@ from typing import Any
 
 from gpu_binder.api.instancetype import (
     INSTANCETYPE_API_VERSION,
-    REVISION_OBJECT_GENERATION_LABEL,
-    REVISION_OBJECT_KIND_LABEL,
-    REVISION_OBJECT_NAME_LABEL,
-    REVISION_OBJECT_UID_LABEL,
-    REVISION_OBJECT_VERSION_LABEL,
+    OBJECT_GENERATION_LABEL,
+    OBJECT_KIND_LABEL,
+    OBJECT_NAME_LABEL,
+    OBJECT_UID_LABEL,
+    OBJECT_VERSION_LABEL,
+    REVISION_API_VERSION,
     ControllerRevision,
     InstancetypeMatcher,
     VirtualMachineClusterInstancetype,
     VirtualMachineInstancetype,
     instancetype_matcher,
-    recorded_revision,
-    revision_matches,
 )
 from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.binder.vmiorder import recorded_revision, revision_key
 from gpu_binder.client.errors import AlreadyExists
 from gpu_binder.sim.builders import owner_reference
 from gpu_binder.sim.memory import MemoryClient
@@ -59,14 +59,16 @@ def find_object(client: MemoryClient, vm: VirtualMachine, m: InstancetypeMatcher
 
 
 def find_revision(client: MemoryClient, vm: VirtualMachine) -> ControllerRevision | None:
-    """The recorded revision the VM reads its instancetype from (find/revision.go)."""
-    name = recorded_revision(vm.raw)
-    if not name:
+    """The recorded revision the VM reads its instancetype from (find/revision.go), by the
+    binder's own rule for it (binder.vmiorder): KubeVirt's read path is one fact."""
+    key = revision_key(vm)
+    if not key:
         return None
+    name = key.partition("/")[2]
     rev = client.peek(ControllerRevision, name, vm.metadata.namespace)
     if rev is None:
         raise InstancetypeError(f"ControllerRevision {name} not found")
-    return rev if revision_matches(vm.raw, rev) else None
+    return recorded_revision(vm, {key: rev})
 
 
 def instancetype_spec(client: MemoryClient, vm: VirtualMachine) -> dict[str, Any] | None:
@@ -119,18 +121,18 @@ async def _store(client: MemoryClient, vm: VirtualMachine, m: InstancetypeMatche
     }
     revision = ControllerRevision.from_dict(
         {
-            "apiVersion": "apps/v1",
+            "apiVersion": REVISION_API_VERSION,
             "kind": "ControllerRevision",
             "metadata": {
                 "name": name,
                 "namespace": vm.metadata.namespace,
                 "ownerReferences": [owner_reference(vm)],
                 "labels": {
-                    REVISION_OBJECT_GENERATION_LABEL: str(meta.generation),
-                    REVISION_OBJECT_KIND_LABEL: obj.KIND,
-                    REVISION_OBJECT_NAME_LABEL: meta.name,
-                    REVISION_OBJECT_UID_LABEL: meta.uid,
-                    REVISION_OBJECT_VERSION_LABEL: version,
+                    OBJECT_GENERATION_LABEL: str(meta.generation),
+                    OBJECT_KIND_LABEL: obj.KIND,
+                    OBJECT_NAME_LABEL: meta.name,
+                    OBJECT_UID_LABEL: meta.uid,
+                    OBJECT_VERSION_LABEL: version,
                 },
             },
             "data": data,

@@ -158,6 +158,27 @@ class MemoryClient(Store):
         keep = stored if k.resource.status_subresource else None
         return cast(T, self._replace(k, stored, given, keep))
 
+    async def set_condition(
+        self, kind: type[T], name: str, namespace: str, condition: dict[str, Any]
+    ) -> T:
+        # What the strategic merge patch does: the condition of that type replaced (or
+        # appended), the others kept in their order.
+        k = self._kind(kind)
+        if not k.resource.status_subresource:
+            raise NotFound(f"{k.resource.plural} has no status subresource")
+        stored = self._stored(k, name, namespace)
+        raw = stored.to_dict()
+        status = raw.setdefault("status", {})
+        conditions = list(status.get("conditions") or [])
+        types = [c.get("type") for c in conditions]
+        if condition["type"] in types:
+            conditions[types.index(condition["type"])] = condition
+        else:
+            conditions.append(condition)
+        status["conditions"] = conditions
+        self.writes += 1
+        return cast(T, self._replace(k, stored, stored, self._parse(k, raw)))
+
     async def apply(
         self, kind: type[T], obj: dict[str, Any], field_manager: str = "gpu-binder"
     ) -> T:

@@ -39,7 +39,7 @@ from gpu_binder.api.pod import Pod
 from gpu_binder.client.errors import AlreadyExists, ApiError, NotFound
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.clocks import CONTROLLER, Clocks
-from gpu_binder.sim.launcher import is_temp_pod, render_launcher_pod
+from gpu_binder.sim.launcher import is_temp_pod, name_pod, render_launcher_pod
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.ratelimit import ItemBackoff
 from gpu_binder.sim.retry import modify, wire
@@ -152,13 +152,13 @@ class VMIController:
 
     async def _create_pod(self, vmi: VirtualMachineInstance, temp: bool) -> int:
         """1 when created, 0 when nothing was, -1 on a denial (a failed sync)."""
-        raw = render_launcher_pod(vmi.raw, temp=temp, rng=self.rng)
+        raw = render_launcher_pod(vmi.raw, temp=temp)
         answer = await self.admit_pod(raw)
         if isinstance(answer, str):
             self.pod_denials.append((vmi.key, answer))
             return -1
         try:
-            await self.client.create(Pod.from_dict(answer))
+            await self.client.create(Pod.from_dict(name_pod(answer, self.rng)))
         except AlreadyExists:
             return 0  # a name the API server would not have given twice: next sync
         except ApiError as e:

@@ -37,12 +37,18 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
+from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.plan import Plan
 from gpu_binder.binder.steps.moves import move_reason
 from gpu_binder.binder.steps.status import reported_degraded
 from gpu_binder.binder.world import World
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest
+from gpu_binder.webhook.messages import (
+    dry_run_warning,
+    named_like_a_vm,
+    timeout_message,
+)
 from gpu_binder.webhook.patch import pin_patch
 from gpu_binder.webhook.pinning import (
     Incomplete,
@@ -167,19 +173,37 @@ class Admitter:
         order = order_of(entries, self.world.class_by_resource)
         if not order and not limits:
             return Respond(allowed(uid))
-        if request.namespace in self.config.excluded_namespaces:
-            return Respond(allowed(uid))
         if limits:
+            # No VMI needs a slot resource there: the webhook pins through entries alone.
             return Respond(self._deny(request, foreign_message(limits)))
+        # An excluded namespace is spared the pinning, not the refusal of slots that are
+        # not its VMI's own: slot names repeat on every node and reach any tenant's GPU.
+        excluded = request.namespace in self.config.excluded_namespaces
+        if excluded and not order.slots:
+            return Respond(allowed(uid))
         target = target_of(request)
         if isinstance(target, str):
             return Respond(denied(uid, target))
+        if not target.owned and target.key in self.world.vms:
+            return Respond(self._deny(request, named_like_a_vm(target)))
         have = self._current_set(target)
+        if excluded:
+            foreign = foreign_slots(order, have)
+            if foreign:
+                return Respond(self._deny(request, foreign_message(foreign)))
+            return Respond(allowed(uid))
         alternatives = self._alternatives(target, vmi)
         order = with_alternatives(order, alternatives, have)
         foreign = foreign_slots(order, have)
         if foreign:
             return Respond(self._deny(request, foreign_message(foreign)))
+        twice = served_twice(self.world, self.config)
+        refused = sorted(c for c in counts(order, have) if c in twice)
+        if refused:
+            # The binder refuses to serve it: KubeVirt serves its GPUs as a pool too.
+            return Respond(
+                self._deny(request, f"GPU class {refused[0]} is not served: {twice[refused[0]]}")
+            )
         outcome = pin(order, have, self.world.classes)
         if isinstance(outcome, Refused):
             return Respond(self._deny(request, outcome.message))
@@ -193,7 +217,7 @@ class Admitter:
         wanted = counts(order, have)
         if request.dry_run:
             # A dry run may create nothing, so it cannot ask the binder (module docstring).
-            warning = _dry_run_warning(wanted, self.config, move)
+            warning = dry_run_warning(wanted, self.config, move)
             return Respond(allowed(uid, warnings=[warning]))
         if not self.config.enabled:
             return Respond(
@@ -240,17 +264,17 @@ class Admitter:
         return alternatives
 
     def _current_set(self, target: Target) -> list[GPUDevice]:
-        """The VM's set as the binder holds it: not Lost, and bound to this very VM."""
+        """The order's set as the binder holds it: not Lost, and bound to this very order.
+
+        A VM's by its uid; a standalone VMI has none at admission (the API server gives it
+        one after), so a set bound under any uid is another object's: an earlier VMI's of
+        its name, once the binder saw it."""
         return [
             d
             for d in self.world.devices.set_of(target.key)
             if d.status.phase != Phase.LOST
-            and not (
-                target.vm_uid
-                and d.status.binding is not None
-                and d.status.binding.vm.uid
-                and d.status.binding.vm.uid != target.vm_uid
-            )
+            and d.status.binding is not None
+            and target.bound_to_it(d.status.binding.vm.uid)
         ]
 
     def _answer(
@@ -361,22 +385,3 @@ class Admitter:
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
-
-
-def timeout_message(config: Config) -> str:
-    seconds = config.bind_timeout.total_seconds()
-    return f"no answer from gpu-binder within {seconds:g}s; KubeVirt will retry"
-
-
-def _dry_run_warning(wanted: Mapping[str, int], config: Config, move: str = "") -> str:
-    order = ", ".join(f"{n} × {c}" for c, n in sorted(wanted.items()))
-    wait = f"waits up to {config.bind_timeout.total_seconds():g}s"
-    if move:
-        return (
-            f"dry run: the VM's GPU set must move first ({move}), so the VMI is not "
-            f"pinned; a real create asks gpu-binder to move {order} and {wait}"
-        )
-    return (
-        f"dry run: the VM holds no complete GPU set, so the VMI is not pinned; a real create "
-        f"asks gpu-binder to bind {order} and {wait}"
-    )

@@ -1,9 +1,19 @@
-"""The JSONPatch (RFC 6902) that pins an admitted VMI to its devices and their node.
+"""The JSONPatch (RFC 6902) that pins an admitted VMI to its devices and their node, and
+the node requirement the pod webhook (webhook.pods) pins KubeVirt's pods with.
 
 It only adds and replaces: the user's affinity terms stay, the node requirement is ANDed
 into each of them, and missing parents are created, because a patch op fails on a path
-whose parent does not exist. It also adds the usage finalizer, which holds the VMI until
-the binder has closed its usage records.
+whose parent does not exist. A VMI and a Pod keep their affinity at the same place
+(spec.affinity), so one function serves both. It also adds the usage finalizer, which holds
+the VMI until the binder has closed its usage records.
+
+The VMI's node requirement is a second line, not the pin: under KubeVirt's default
+`vmRolloutStrategy: LiveUpdate` the VM controller sets a VM's VMI affinity back to the
+template's on its next sync (vm.go `handleAffinityChangeRequest`), usually before the
+launcher pod is rendered, and the pod webhook pins the pods themselves. It holds where
+nothing reverts it (standalone VMIs, `Stage`, a VM marked RestartRequired), and nothing
+this patch writes marks a VM RestartRequired (vm.go `syncRestartRequired` compares the VM
+with its own spec saved at the start, never with the VMI).
 """
 
 from __future__ import annotations
@@ -47,11 +57,14 @@ def pin_patch(vmi: Mapping[str, Any], pinning: Pinning) -> list[Op]:
     return ops
 
 
-def affinity_ops(vmi: Mapping[str, Any], node: str) -> list[Op]:
-    """AND `metadata.name In [node]` into every required node selector term.
+def affinity_ops(obj: Mapping[str, Any], node: str) -> list[Op]:
+    """AND `metadata.name In [node]` into every required node selector term of a VMI's or
+    a pod's spec.affinity.
 
     Terms are ORed, so adding the requirement to each one keeps the user's choice among
-    them and adds the node to all; with no terms, one term holding only it is added.
+    them and adds the node to all; with no terms, one term holding only it is added. A term
+    that holds the requirement already is left alone: KubeVirt copies a VMI's affinity into
+    its pods, and the pod webhook is called again when a later webhook changed the pod.
     """
     requirement = node_requirement(node)
     created: Any = [{"matchFields": [requirement]}]
@@ -60,11 +73,11 @@ def affinity_ops(vmi: Mapping[str, Any], node: str) -> list[Op]:
     nested = [created]
     for key in reversed(below[1:]):
         nested.insert(0, {key: nested[0]})
-    parent: Any = vmi.get("spec")
+    parent: Any = obj.get("spec")
     path: list[str | int] = ["spec"]
     for key, value in zip(below, nested, strict=True):
         if not isinstance(parent, dict):
-            return []  # no spec: the VMI names no devices, so nothing to pin
+            return []  # no spec: the object names no devices, so nothing to pin
         current = parent.get(key)
         path.append(key)
         if key == "nodeSelectorTerms" and isinstance(current, list) and current:
@@ -92,6 +105,8 @@ def _and_into_terms(
             ops.append(op)
             continue
         fields = term.get("matchFields")
+        if isinstance(fields, list) and requirement in fields:
+            continue
         if isinstance(fields, list):
             op = {"op": "add", "path": pointer(*path, i, "matchFields", "-"), "value": requirement}
         else:

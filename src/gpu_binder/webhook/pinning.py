@@ -3,28 +3,21 @@
 An entry names either a class's resourceName (the order) or a slot resource (one GPU on
 whatever node the VMI lands on). Slot names repeat on every node, so a slot entry is the
 VMI's own only when its set holds that slot and the VMI is pinned to the set's node.
+What an entry names is binder.vmiorder's rule, the one the binder reads running VMIs by.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpu_binder.api.types import GROUP, GPUClass, GPUDevice
+from gpu_binder.api.types import GPUClass, GPUDevice
 from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.binder.vmiorder import is_slot_resource, resolve, slots_of
 
 Section = Literal["gpus", "hostDevices"]
 SECTIONS: tuple[Section, ...] = ("gpus", "hostDevices")
-
-# The form slot_resource() gives: <group>/<vendor>-<device>-s<slot>.
-_SLOT_PREFIX = f"{GROUP}/"
-_SLOT = re.compile(rf"^{re.escape(GROUP)}/[0-9a-f]{{4}}-[0-9a-f]{{4}}-s[0-9]+$")
-
-
-def is_slot_resource(name: str) -> bool:
-    return name.startswith(_SLOT_PREFIX) and _SLOT.match(name) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +116,16 @@ def with_alternatives(
     return Order(by_class, order.slots)
 
 
+def held_by(d: GPUDevice, key: str, uid: str) -> bool:
+    """Whether d is bound to the order with this key and uid. A uid either side does not
+    know (a standalone VMI's set bound before the API server named the VMI) does not
+    refuse; two that differ do: a VM recreated under the name is another order."""
+    b = d.status.binding
+    if b is None or b.vm.key != key:
+        return False
+    return not (uid and b.vm.uid and b.vm.uid != uid)
+
+
 def by_slot(devices: Iterable[GPUDevice]) -> list[GPUDevice]:
     """Slot order, so the n-th entry always gets the same GPU of a given set."""
     return sorted(devices, key=lambda d: (d.spec.slot is None, d.spec.slot or 0, d.metadata.name))
@@ -130,30 +133,15 @@ def by_slot(devices: Iterable[GPUDevice]) -> list[GPUDevice]:
 
 def foreign_slots(order: Order, devices: Sequence[GPUDevice]) -> list[str]:
     """Slot resources the VMI names that its set does not hold (each held once)."""
-    held: dict[str, int] = {}
-    for d in devices:
-        slot = slot_resource(d)
-        if slot:
-            held[slot] = held.get(slot, 0) + 1
-    foreign: list[str] = []
-    for e in order.slots:
-        if held.get(e.device_name, 0) > 0:
-            held[e.device_name] -= 1
-        else:
-            foreign.append(e.device_name)
-    return foreign
+    return list(resolve((e.device_name for e in order.slots), {}, slots_of(devices)).unresolved)
 
 
 def counts(order: Order, devices: Sequence[GPUDevice]) -> dict[str, int]:
     """GPUs per class the VMI needs: its class entries plus the set's GPUs its slots name."""
     out = {c: len(es) for c, es in order.by_class.items()}
-    taken: set[str] = set()
-    for e in order.slots:
-        for d in by_slot(devices):
-            if d.metadata.name not in taken and slot_resource(d) == e.device_name:
-                taken.add(d.metadata.name)
-                out[d.status.class_name] = out.get(d.status.class_name, 0) + 1
-                break
+    slots = resolve((e.device_name for e in order.slots), {}, slots_of(devices))
+    for c, n in slots.order.items():
+        out[c] = out.get(c, 0) + n
     return out
 
 

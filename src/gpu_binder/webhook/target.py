@@ -25,6 +25,13 @@ class Target:
     def key(self) -> str:
         return f"{self.namespace}/{self.vm_name}"
 
+    def bound_to_it(self, bound_uid: str) -> bool:
+        """Whether a device bound under this uid is this order's: a VM's by its uid (or
+        none yet); a standalone VMI has no uid at admission, so any uid is another's."""
+        if not self.owned:
+            return not bound_uid
+        return not (self.vm_uid and bound_uid and bound_uid != self.vm_uid)
+
 
 def target_of(request: AdmissionRequest) -> Target | str:
     """The order the VMI runs for, or why it cannot be told (as a denial message)."""

@@ -56,6 +56,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-webhook" (include "gpu-binder.fullname" .)) .Values.service.name }}
 {{- end }}
 
+{{- define "gpu-binder.clientCASecretName" -}}
+{{- default (printf "%s-webhook-client-ca" (include "gpu-binder.fullname" .)) .Values.webhook.clientAuth.caSecretName }}
+{{- end }}
+
 {{- define "gpu-binder.tlsSecretName" -}}
 {{- default (printf "%s-webhook-tls" (include "gpu-binder.fullname" .)) .Values.webhook.secretName }}
 {{- end }}

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from gpu_binder.agent.deviceplugin import api_pb2
-from gpu_binder.agent.deviceplugin.plugin import SlotDevice, SlotPlugin
+from gpu_binder.agent.deviceplugin.plugin import VFIO_DIR, SlotDevice, SlotPlugin
 from gpu_binder.agent.deviceplugin.rpc import KUBELET_SOCKET, VERSION, call, unix_target
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,10 @@ class DevicePluginManager:
         *,
         prefix: str = "gpu-binder",
         register_timeout: float = 5.0,
+        host_vfio_dir: Path = VFIO_DIR,
     ) -> None:
         self.plugin_dir = plugin_dir
+        self.host_vfio_dir = host_vfio_dir
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET
         self.prefix = prefix
         self.register_timeout = register_timeout
@@ -80,7 +82,7 @@ class DevicePluginManager:
                     await served.plugin.set_device(device)
                     continue
                 socket = self.plugin_dir / socket_name(resource, self.prefix)
-                served = _Served(plugin=SlotPlugin(device), socket=socket)
+                served = _Served(plugin=SlotPlugin(device, self.host_vfio_dir), socket=socket)
                 self._served[resource] = served
                 await self._serve(served)
                 await self._register(served, self._kubelet_identity())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -13,8 +14,8 @@ from gpu_binder.agent.deviceplugin import api_pb2
 from gpu_binder.agent.deviceplugin.rpc import HEALTHY, UNHEALTHY, service_handler
 from gpu_binder.agent.slots import pci_resource_env
 
-# virt-launcher opens the VFIO container and the GPU's group device.
-VFIO_CONTAINER = "/dev/vfio/vfio"
+# virt-launcher opens the VFIO container (vfio) and the GPU's group device, always here.
+VFIO_DIR = Path("/dev/vfio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,11 @@ class SlotDevice:
 class SlotPlugin:
     """Serves one slot resource; ListAndWatch streams every change of its GPU's health."""
 
-    def __init__(self, device: SlotDevice) -> None:
+    def __init__(self, device: SlotDevice, host_vfio_dir: Path = VFIO_DIR) -> None:
         self._device = device
+        # Where the kubelet's host has the VFIO nodes: Allocate's host paths are the
+        # runtime's, not the agent's (--root), so they are named on their own.
+        self.host_vfio_dir = host_vfio_dir
         self._retired = False
         self._version = 0
         self._changed = asyncio.Condition()
@@ -127,16 +131,15 @@ class SlotPlugin:
 
     def _answer(self, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
         d = self._device
+        names = ["vfio"] + ([str(d.iommu_group)] if d.iommu_group is not None else [])
         specs = [
             api_pb2.DeviceSpec(
-                container_path=VFIO_CONTAINER, host_path=VFIO_CONTAINER, permissions="mrw"
+                container_path=str(VFIO_DIR / name),
+                host_path=str(self.host_vfio_dir / name),
+                permissions="mrw",
             )
+            for name in names
         ]
-        if d.iommu_group is not None:
-            group = f"/dev/vfio/{d.iommu_group}"
-            specs.append(
-                api_pb2.DeviceSpec(container_path=group, host_path=group, permissions="mrw")
-            )
         return api_pb2.ContainerAllocateResponse(
             envs={pci_resource_env(d.resource): ",".join(ids)} if ids else {}, devices=specs
         )

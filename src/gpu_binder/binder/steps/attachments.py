@@ -6,7 +6,6 @@ from datetime import datetime
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import (
-    DEVICES_ANNOTATION,
     Attachment,
     BindReason,
     GPUDevice,
@@ -40,12 +39,6 @@ def attachments(ctx: Context) -> None:
             clean[vmi.key] = (vmi, signature)
         else:
             clean.forget(vmi.key)
-
-
-def vmi_devices(vmi: VirtualMachineInstance) -> set[str] | None:
-    """The devices the webhook admitted the VMI with, or None when it did not say."""
-    raw = vmi.metadata.annotations.get(DEVICES_ANNOTATION)
-    return {n for n in raw.split(",") if n} if raw else None
 
 
 def _managed(ctx: Context, vmi_key: str, uid: str) -> None:
@@ -87,7 +80,10 @@ def _detach_ended(ctx: Context) -> None:
             seen[name] = (d, att.vmi.key, vmi)
             continue
         seen.forget(name)
-        ended = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
+        # The finish virt-handler stamped, by its node's clock: never after the binder's now,
+        # nor before the attachment began (DESIGN §2.11).
+        reported = world.vmi_ended_at(att.vmi.key, att.vmi.uid) or ctx.now
+        ended = max(min(reported, ctx.now), att.since)
         phase = d.status.phase
         if phase == Phase.ATTACHED:
             phase = Phase.BOUND if d.status.binding is not None else Phase.CLEANING
@@ -110,69 +106,126 @@ def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
 
 
 def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
-    """Attach the VMI's devices; False while it waits for adoption (a clock matters)."""
+    """Attach the devices the VMI runs with; False while it waits for adoption (a clock
+    matters).
+
+    What it runs with is its spec as admitted (binder.vmiorder): the device each slot entry
+    names on its set's node, and for entries naming a class's resourceName (served by
+    count), that many of the set's devices of the class on its node. Never the devices
+    annotation, which its tenant can write.
+    """
     world = ctx.world
     key = vm_key_of_vmi(vmi)
-    order = world.order_of(key)
-    if not order:
-        _managed(ctx, vmi.key, vmi.metadata.uid)  # it orders no GPUs (any more)
+    if not world.belongs(vmi):
+        # No VM owner, yet named like a VM of its namespace: it runs for no order, and
+        # takes nothing of that VM's (the webhook refuses such a VMI GPUs).
+        _managed(ctx, vmi.key, vmi.metadata.uid)
         return True
-    admitted = vmi_devices(vmi)
-    mine = [
-        d
-        for d in world.devices.set_of(key)
-        if d.spec.node_name == vmi.node_name and (admitted is None or d.metadata.name in admitted)
-    ]
+    runs = world.runs_with(vmi)
+    if not runs.order:
+        _managed(ctx, vmi.key, vmi.metadata.uid)  # it runs with no GPUs of a class
+        return True
+    # Slots on the node of its set, where the webhook pinned it; resources served by count
+    # on the node it runs on (nothing pinned it).
+    slot_node = world.vmi_node(vmi)
+    own = {d.metadata.name: d for d in world.own_set(key)}
+    mine = [own[n] for n in runs.devices if n in own and own[n].spec.node_name == slot_node]
+    exact = [n for n in runs.devices if n not in own]
+    named = set(runs.devices)
+    counted: dict[str, int] = {}
+    # Served by count: this VMI's attachments first, so a resync picks the same ones.
+    rest = sorted(
+        (d for n, d in own.items() if n not in named and d.spec.node_name == vmi.node_name),
+        key=lambda d: (not _attached_to(d, vmi), d.metadata.name),
+    )
+    for d in rest:
+        c = d.status.class_name
+        if counted.get(c, 0) < runs.by_count.get(c, 0):
+            counted[c] = counted.get(c, 0) + 1
+            mine.append(d)
     ref = ObjectRef(namespace=vmi.metadata.namespace, name=vmi.metadata.name, uid=vmi.metadata.uid)
     for d in mine:
-        att = d.status.attachment
-        if att is not None and att.vmi.uid == ref.uid:
-            continue
-        phase = d.status.phase if d.status.phase == Phase.LOST else Phase.ATTACHED
-        status = d.status.model_copy(
-            update={"attachment": Attachment(vmi=ref, since=_since(ctx, vmi, d)), "phase": phase}
-        )
-        ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
-    have: dict[str, int] = {}
-    for d in mine:
-        have[d.status.class_name] = have.get(d.status.class_name, 0) + 1
-    missing = {c: n - have.get(c, 0) for c, n in order.items() if n > have.get(c, 0)}
+        _attach_device(ctx, vmi, d, ref, key)
+    by_count = {c: n - counted.get(c, 0) for c, n in runs.by_count.items() if n > counted.get(c, 0)}
     seen_key = f"{vmi.key}/{vmi.metadata.uid}"
-    if not missing:
+    if not exact and not by_count:
         _managed(ctx, vmi.key, vmi.metadata.uid)
         return True
     first = ctx.memory.unmanaged_since.setdefault(seen_key, ctx.now)
     if ctx.now - first < ctx.config.attachment_grace:
         return False  # a bind request may still be in flight for it
-    _adopt(ctx, vmi, key, missing, ref)
+    _adopt(ctx, vmi, key, exact, by_count, ref)
     return False
+
+
+def _attached_to(d: GPUDevice, vmi: VirtualMachineInstance) -> bool:
+    att = d.status.attachment
+    return att is not None and att.vmi.uid == vmi.metadata.uid
+
+
+def _attach_device(
+    ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice, ref: ObjectRef, key: str
+) -> None:
+    binding = d.status.binding
+    stamp = binding is not None and not binding.vm.uid and bool(ctx.world.order_uid(key))
+    if _attached_to(d, vmi) and not stamp:
+        return
+    update: dict[str, object] = {}
+    if not _attached_to(d, vmi):
+        phase = d.status.phase if d.status.phase == Phase.LOST else Phase.ATTACHED
+        update = {"attachment": Attachment(vmi=ref, since=_since(ctx, vmi, d)), "phase": phase}
+    if binding is not None and (stamp or binding.stopped_at is not None):
+        # Bound before its order had a uid (a standalone VMI's request): the set is this
+        # uid's from now on, and a later VMI of that name is another order. And it runs:
+        # the stop it carried is over.
+        changes: dict[str, object] = {"stopped_at": None}
+        if stamp:
+            changes["vm"] = binding.vm.model_copy(update={"uid": ctx.world.order_uid(key)})
+        update["binding"] = binding.model_copy(update=changes)
+    status = d.status.model_copy(update=update)
+    ctx.plan.device_status(d.model_copy(update={"status": status}), placement=True)
 
 
 def _adopt(
     ctx: Context,
     vmi: VirtualMachineInstance,
     key: str,
-    missing: dict[str, int],
+    exact: list[str],
+    by_count: dict[str, int],
     ref: ObjectRef,
 ) -> None:
-    """Bind free devices on the VMI's node to its VM; never touch the VMI itself."""
+    """Bind to its VM the devices the VMI runs with: exactly those its slot entries name,
+    and free ones of a class it names by resourceName on its node; never touch the VMI.
+
+    A device a slot names is its launcher pod's, whatever its phase: it is adopted unless
+    another order holds it, which the binder says and leaves as it is.
+    """
     devices = ctx.world.devices
     chosen: list[GPUDevice] = []
-    for class_name, count in missing.items():
+    for name in exact:
+        d = devices.get(name)
+        if d is None or d.status.binding is not None:
+            holder = d.status.binding.vm.key if d is not None and d.status.binding else ""
+            why = f"bound to {holder}" if holder else "not known to gpu-binder"
+            _unadopted(
+                ctx,
+                vmi,
+                key,
+                f"VMI {vmi.metadata.name} runs with {name}, which is {why}; gpu-binder "
+                "leaves both as they are",
+            )
+            return
+        chosen.append(d)
+    for class_name, count in by_count.items():
         free = sorted(devices.free_on(class_name, vmi.node_name))
         if len(free) < count:
-            ctx.say(
-                f"adopt/{vmi.key}",
-                ops.vm_note(
-                    ctx,
-                    key,
-                    "GPUUnmanaged",
-                    f"VMI {vmi.metadata.name} runs on {vmi.node_name} with {count} × "
-                    f"{class_name} not bound to it, and the node has only {len(free)} free",
-                    warning=True,
-                ),
+            _unadopted(
+                ctx,
+                vmi,
+                key,
+                f"VMI {vmi.metadata.name} runs on {vmi.node_name} with {count} × "
+                f"{class_name} not bound to it, and the node has only {len(free)} free",
             )
-            ctx.memory.unadopted.add(f"{vmi.key}/{vmi.metadata.uid}")  # the metric counts it
             return
         chosen.extend(devices.by_name[n] for n in free[:count])
     for d in chosen:
@@ -181,13 +234,18 @@ def _adopt(
             d,
             key,
             BindReason.ADOPTED,
-            f"VMI {vmi.metadata.name} was already running on {vmi.node_name}",
+            f"VMI {vmi.metadata.name} was already running on {d.spec.node_name}",
         )
         status = new.status.model_copy(
             update={
                 "attachment": Attachment(vmi=ref, since=_since(ctx, vmi, d)),
-                "phase": Phase.ATTACHED,
+                "phase": Phase.LOST if d.status.phase == Phase.LOST else Phase.ATTACHED,
             }
         )
         ctx.plan.device_status(new.model_copy(update={"status": status}), placement=True)
     _managed(ctx, vmi.key, vmi.metadata.uid)
+
+
+def _unadopted(ctx: Context, vmi: VirtualMachineInstance, key: str, message: str) -> None:
+    ctx.say(f"adopt/{vmi.key}", ops.vm_note(ctx, key, "GPUUnmanaged", message, warning=True))
+    ctx.memory.unadopted.add(f"{vmi.key}/{vmi.metadata.uid}")  # the metric counts it

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from gpu_binder.api.types import BindReason, GPUBindRequest, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.deviceindex import set_node
+from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.placing import class_policy
-from gpu_binder.binder.steps.sets import set_node
 from gpu_binder.placement import main_class, resolve
 
 
@@ -80,6 +81,10 @@ def complete(
     node = set_node(have) if have else ""
     if not need:
         return Outcome(node, tuple(sorted(d.metadata.name for d in have)), "")
+    twice = served_twice(ctx.world, ctx.config)
+    refused = sorted(c for c in need if c in twice)
+    if refused:
+        return Outcome("", (), f"class {refused[0]} is not served: {twice[refused[0]]}")
     if have:
         placed = ops.place(ctx, need, only=node, key=key)
         if placed is not None:

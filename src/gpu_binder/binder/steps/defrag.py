@@ -81,7 +81,7 @@ def wants_to_run(ctx: Context, key: str) -> bool:
         return False
     vm = world.vms.get(key)
     if vm is not None:
-        return vm.running and vm.metadata.deletion_timestamp is None
+        return world.runs(key) and vm.metadata.deletion_timestamp is None
     # A standalone VMI being deleted is shutting down: no room is made for it.
     return any(not v.being_deleted for v in world.live_vmis(key))
 
@@ -91,7 +91,7 @@ def movable(ctx: Context, key: str) -> bool:
     it may change nodes unnoticed."""
     world = ctx.world
     vm = world.vms.get(key)
-    if vm is None or vm.running or vm.metadata.deletion_timestamp is not None:
+    if vm is None or world.runs(key) or vm.metadata.deletion_timestamp is not None:
         return False
     if vm.metadata.annotations.get(NODE_ANNOTATION):
         return False

@@ -84,14 +84,11 @@ def release_after(ctx: Context, order: dict[str, int]) -> timedelta | None:
 
 
 def stopped_since(ctx: Context, key: str, devs: list[GPUDevice]) -> datetime | None:
-    times = [
-        t
-        for d in devs
-        for t in (d.status.detached_at, d.status.binding and d.status.binding.bound_at)
-        if isinstance(t, datetime)
-    ]
-    if times:
-        return max(times)
+    """When the stopped order stopped (ops.stopped_since); a VM holding no set counts from
+    its creation."""
+    since = ops.stopped_since(devs)
+    if since is not None:
+        return since
     vm = ctx.world.vms.get(key)
     return vm.metadata.creation_timestamp if vm is not None else None
 
@@ -118,7 +115,7 @@ def orders(ctx: Context) -> None:
         live = world.live_vmis(key)
         vm = world.vms.get(key)
         devs = world.devices.set_of(key)
-        stopped = not live and not (vm is not None and vm.running)
+        stopped = not world.runs(key)
         deadline = datetime.max.replace(tzinfo=ctx.now.tzinfo)
         if stopped:
             limit = release_after(ctx, order)

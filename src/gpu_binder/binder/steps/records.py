@@ -80,7 +80,7 @@ def usage_records(ctx: Context) -> None:
         ):
             judged[key] = (rec, dev, vmi)
             continue
-        end = max(_ended(ctx, rec, dev), rec.spec.start)
+        end = _clamped_end(ctx, rec, dev)
         spec = rec.spec.model_copy(update={"end": end})
         # Closed, it leaves the binder's selection (OPEN_RECORDS) in the same write.
         labels = {**rec.metadata.labels, RECORD_STATE_LABEL: RECORD_CLOSED}
@@ -104,6 +104,18 @@ def _open(d: GPUDevice, rname: str) -> GPUUsageRecord:
             start=att.since,
         ),
     )
+
+
+def _clamped_end(ctx: Context, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime:
+    """The end a record closes with (DESIGN §2.11): the VMI's finish, stamped by its node's
+    clock, clamped to the binder's now, to no earlier than the record's start, and to no
+    later than the start of the device's next attachment, so one GPU is never billed
+    twice for the same second."""
+    end = min(_ended(ctx, rec, d), ctx.now)
+    att = d.status.attachment if d is not None else None
+    if att is not None and att.vmi.uid != rec.spec.vmi.uid:
+        end = min(end, att.since)
+    return max(end, rec.spec.start)
 
 
 def _ended(ctx: Context, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime:

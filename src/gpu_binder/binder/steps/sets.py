@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpu_binder.api.types import BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.deviceindex import set_node
 
 
 def order_exists(ctx: Context, key: str) -> bool:
@@ -14,17 +15,6 @@ def order_exists(ctx: Context, key: str) -> bool:
     # A standalone VMI being deleted is an order on its way out, as a VM being deleted is:
     # what it uses stays attached until it ends, the rest of its set goes.
     return any(v.vm_name is None and not v.being_deleted for v in ctx.world.live_vmis(key))
-
-
-def set_node(devs: list[GPUDevice]) -> str:
-    """The node a set lives on: where a live VMI uses it, else where most of it is."""
-    for d in devs:
-        if d.status.attachment is not None:
-            return d.spec.node_name
-    counts: dict[str, int] = {}
-    for d in devs:
-        counts[d.spec.node_name] = counts.get(d.spec.node_name, 0) + 1
-    return min(counts, key=lambda n: (-counts[n], n))
 
 
 def sets(ctx: Context) -> None:
@@ -67,18 +57,31 @@ def _normalize(ctx: Context, key: str) -> bool:
             if d.status.attachment is None:
                 ops.release(ctx, d, "its VM was deleted")
         return False
-    node = set_node(devs)
+    mine = world.own_set(key)
+    if len(mine) < len(devs):
+        own = {d.metadata.name for d in mine}
+        for d in devs:
+            if d.metadata.name not in own and d.status.attachment is None:
+                # Bound under an earlier uid of this name (a VM deleted and created again
+                # while no binder watched): never the new order's uncleaned.
+                ops.release(ctx, d, f"it was bound to an earlier {_kind(ctx, key)} of that name")
+    if not mine:
+        return False
+    node = set_node(mine)
     order = world.order_of(key)
+    # While a VMI of the order lives, the set is what it runs with plus what the VM holds
+    # for its next start: an edit of the template takes effect then, not under the guest.
+    live = bool(world.live_vmis(key))
     kept: dict[str, int] = {}
     # Devices in use first, then healthy ones, then the longest held.
-    for d in sorted(devs, key=_keep_rank):
+    for d in sorted(mine, key=_keep_rank):
         if d.status.attachment is not None:
             kept[d.status.class_name] = kept.get(d.status.class_name, 0) + 1
             continue
         if d.spec.node_name != node:
             ops.release(ctx, d, f"the rest of the set is on {node}")
             continue
-        if kept.get(d.status.class_name, 0) >= order.get(d.status.class_name, 0):
+        if not live and kept.get(d.status.class_name, 0) >= order.get(d.status.class_name, 0):
             ops.release(
                 ctx,
                 d,
@@ -88,6 +91,10 @@ def _normalize(ctx: Context, key: str) -> bool:
             continue
         kept[d.status.class_name] = kept.get(d.status.class_name, 0) + 1
     return False
+
+
+def _kind(ctx: Context, key: str) -> str:
+    return "VM" if key in ctx.world.vms else "VMI"
 
 
 def _keep_rank(d: GPUDevice) -> tuple[int, int, float, str]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.kubevirtcr import CREATED_ANNOTATION, pci_host_devices
+from gpu_binder.binder.plan import Note
 
 SLOT_PREFIX = "gpu.cozystack.io/"
 # The resourceNames of the entries the binder wrote, comma-separated, sorted.
@@ -90,30 +92,44 @@ def settings(ctx: Context) -> None:
     current = ctx.world.kubevirt.get(key)
     if current is None:
         return  # KubeVirt is not installed, or its CR not yet seen: nothing to render into
-    spec = current.raw.get("spec") or {}
-    have = ((spec.get("configuration") or {}).get("permittedHostDevices") or {}).get(
-        "pciHostDevices"
-    )
-    have = have if isinstance(have, list) else []
+    found = pci_host_devices(current)
+    have = found or []
     written = current.metadata.annotations.get(OWNED_ANNOTATION, "")
     wanted = render(ctx)
     merged = merge(have, wanted, written)
     record = ",".join(sorted({e["resourceName"] for e in wanted}))
     if merged == have and record == written:
         return  # unchanged: the pass writes nothing (an absent list counts as empty)
+    annotations = {OWNED_ANNOTATION: record}
+    note: Note | None = None
+    if found is None or current.metadata.annotations.get(CREATED_ANNOTATION):
+        # A CR with no permittedHostDevices permits every device; the list written now
+        # permits only what it lists (binder.kubevirtcr): marked, and said.
+        annotations[CREATED_ANNOTATION] = "true"
+    if found is None:
+        note = Note(
+            "KubeVirt",
+            current.metadata.namespace,
+            current.metadata.name,
+            current.metadata.uid,
+            "GPUPermittedHostDevicesCreated",
+            "gpu-binder created spec.configuration.permittedHostDevices, which this CR did not "
+            "have: KubeVirt now permits only the host devices listed there",
+            "Warning",
+        )
     body = {
         "apiVersion": "kubevirt.io/v1",
         "kind": "KubeVirt",
         "metadata": {
             "name": ctx.config.kubevirt_name,
             "namespace": ctx.config.kubevirt_namespace,
-            "annotations": {OWNED_ANNOTATION: record},
+            "annotations": annotations,
         },
         # The whole list, the operator's entries in it: the list is atomic, so the
         # forced apply takes it over, and what it writes is what was there plus ours.
         "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": merged}}},
     }
-    ctx.plan.write("apply", _Applied(key, body))
+    ctx.plan.write("apply", _Applied(key, body), note)
 
 
 class _Applied:

@@ -8,6 +8,8 @@ from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.binder.kubevirtcr import list_created, served_twice
+from gpu_binder.binder.plan import Note
 from gpu_binder.binder.steps.devices import matching_classes
 
 
@@ -55,6 +57,19 @@ def class_status(ctx: Context) -> None:
         for class_name in names:
             ambiguous.setdefault(class_name, []).append(device)
             rivals.setdefault(class_name, set()).update(names - {class_name})
+    twice = served_twice(ctx.world, ctx.config)
+    why = list_created(ctx.world, ctx.config)
+    created = (
+        Condition(
+            type="KubeVirtHostDevices",
+            status="True",
+            reason="ListCreated",
+            message=why,
+            last_transition_time=ctx.now,
+        )
+        if why
+        else None
+    )
     for name in sorted(ctx.world.classes):
         cls = ctx.world.classes[name]
         c = counts.get(name, {})
@@ -66,6 +81,7 @@ def class_status(ctx: Context) -> None:
             last_transition_time=ctx.now,
         )
         serving = ctx.world.class_by_resource.get(cls.spec.resource_name)
+        note: Note | None = None
         if serving is not None and serving.metadata.name != name:
             ready = ready.model_copy(
                 update={
@@ -75,6 +91,10 @@ def class_status(ctx: Context) -> None:
                     f"{serving.metadata.name}, the older; give this class a resourceName "
                     "of its own",
                 }
+            )
+        elif name in twice:
+            ready = ready.model_copy(
+                update={"status": "False", "reason": "ServedByKubeVirt", "message": twice[name]}
             )
         elif name in ambiguous:
             shown = ambiguous[name]
@@ -88,6 +108,14 @@ def class_status(ctx: Context) -> None:
                     "serve neither; make spec.match of the classes distinct",
                 }
             )
+        conditions = set_condition(cls.status.conditions, ready)
+        if created:
+            conditions = set_condition(conditions, created)
+        was = next((c for c in cls.status.conditions if c.type == "Ready"), None)
+        if ready.reason == "ServedByKubeVirt" and (was is None or was.reason != ready.reason):
+            note = Note(
+                "GPUClass", "", name, cls.metadata.uid, "GPUClassRefused", ready.message, "Warning"
+            )
         status = cls.status.model_copy(
             update={
                 "devices": sum(c.values()),
@@ -97,12 +125,12 @@ def class_status(ctx: Context) -> None:
                 "lost": c.get(Phase.LOST, 0),
                 "cleaning": c.get(Phase.CLEANING, 0),
                 "largest_free_set": largest_free_set(ctx, name),
-                "conditions": set_condition(cls.status.conditions, ready),
+                "conditions": conditions,
                 "observed_generation": cls.metadata.generation,
             }
         )
         if status != cls.status:
-            ctx.plan.write("status", cls.model_copy(update={"status": status}))
+            ctx.plan.write("status", cls.model_copy(update={"status": status}), note)
 
 
 def lost_cause(ctx: Context, d: GPUDevice, shortfall: set[str]) -> str:

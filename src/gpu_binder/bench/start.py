@@ -1,0 +1,390 @@
+"""`gpu-binder bench start`: a burst of VM starts at cluster scale, with the real scheduler.
+
+A local control plane with kube-scheduler and kube-controller-manager, KWOK playing NODES
+nodes of GPUS GPUs each (allocatable: one unit of each slot resource, as the agent's
+device plugin serves them, and GPUS units of the class's resource, as a count-based
+device plugin would), and gpu-binder (`gpu-binder run`, as its ServiceAccount, webhook
+over TLS) settled on their GPUDevices. Then, side by side in one run:
+
+- baseline: VMS plain pods asking the class's resource by count, all at once, no
+  gpu-binder in their path: pod create → scheduled;
+- gpu-binder: VMS VMs of PER_VM GPUs, all at once, each followed by its VMI as KubeVirt's
+  VM controller creates it (through the webhook, which waits for the binder's bind; a
+  refused VMI is created again after a second, as the VM controller retries) and then its
+  launcher pod as virt-controller renders it: VMI create → admitted, pod create →
+  scheduled, and whether every pod landed on the node of its VM's set.
+
+Starts per second: pods scheduled over the time from the burst's first create to its
+last scheduling. The ratio gpu-binder / baseline is the figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpu_binder.api.pod import Pod
+from gpu_binder.api.types import GPUDevice
+from gpu_binder.bench.launcher import render_launcher_pod
+from gpu_binder.client.errors import ApiError
+from gpu_binder.devcluster import fleet
+from gpu_binder.devcluster.kwoknodes import SCHEDULABLE, seed_kwok
+from gpu_binder.envtest import ControlPlane, free_port
+from gpu_binder.envtest.components import CONTROLLER_MANAGER, SCHEDULER
+from gpu_binder.envtest.kwok import start_kwok
+from gpu_binder.envtest.process import Process
+from gpu_binder.kube import KubeClient, load
+from gpu_binder.sim import builders
+
+NAMESPACE = "bench"
+BINDER_SA = "system:serviceaccount:gpu-binder:gpu-binder"
+BINDER_GROUPS = "system:serviceaccounts,system:serviceaccounts:gpu-binder,system:authenticated"
+KUBEVIRT = f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+# How long the VM controller waits before creating a refused VMI again (a stand-in for
+# its rate-limited requeue).
+RETRY_AFTER = 1.0
+# How long the burst's last pods may stay pending before they are counted as not scheduled.
+PENDING_TIMEOUT = 300.0
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _ms(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"samples": 0}
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1e3, 1),
+        "p99_ms": round(p99 * 1e3, 1),
+        "max_ms": round(ordered[-1] * 1e3, 1),
+        "samples": len(ordered),
+    }
+
+
+@dataclass
+class Scheduled:
+    """When each pod of the namespace was first seen with a node (a watch), and where."""
+
+    at: dict[str, float] = field(default_factory=dict)
+    node: dict[str, str] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def watch(self, client: KubeClient) -> None:
+        rv = (await client.list(Pod, NAMESPACE)).resource_version
+        while True:
+            try:
+                async for event in client.watch(Pod, NAMESPACE, rv):
+                    pod = event.object
+                    rv = pod.metadata.resource_version or rv
+                    if not isinstance(pod, Pod):  # a bookmark: only where the watch stands
+                        continue
+                    name = pod.metadata.name
+                    if pod.node_name and name not in self.at:
+                        self.at[name] = time.perf_counter()
+                        self.node[name] = pod.node_name
+                        self.changed.set()
+            except ApiError:
+                rv = (await client.list(Pod, NAMESPACE)).resource_version
+
+    async def until(self, names: set[str], timeout: float) -> set[str]:
+        """Wait until all names are scheduled or timeout; the ones that were not."""
+        deadline = time.perf_counter() + timeout
+        while not names <= set(self.at):
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return names - set(self.at)
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+        return set()
+
+
+async def _why_pending(client: KubeClient, names: set[str]) -> list[str]:
+    """The scheduler's words for a few pending pods (their PodScheduled condition)."""
+    out = []
+    for name in sorted(names)[:200]:
+        pod = await client.request("GET", f"{PODS}/{name}")
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") != "True":
+                out.append(str(c.get("message", ""))[:300])
+    return sorted(set(out))[:3]
+
+
+def _throughput(first: float, done: list[float]) -> float:
+    return round(len(done) / max(1e-9, max(done) - first), 1) if done else 0.0
+
+
+class Bench:
+    def __init__(
+        self, cp: ControlPlane, work: Path, nodes: int, gpus: int, vms: int, per_vm: int
+    ) -> None:
+        self.cp = cp
+        self.work = work
+        self.nodes = nodes
+        self.gpus = gpus
+        self.vms = vms
+        self.per_vm = per_vm
+
+    async def run(self, kwok: Path) -> dict[str, Any]:
+        client = KubeClient(await load(str(self.cp.kubeconfig)), pool=256, timeout=60)
+        kwok_proc = start_kwok(kwok, self.work, self.cp.kubeconfig)
+        binder: Process | None = None
+        try:
+            await self._seed(client)
+            binder = self._start_binder(client)
+            await self._settled(client)
+            scheduled = Scheduled()
+            watch = asyncio.create_task(scheduled.watch(client))
+            try:
+                baseline = await self._baseline(client, scheduled)
+                _say(f"baseline: {baseline}")
+                ours = await self._gpu_binder(client, scheduled)
+                _say(f"gpu-binder: {ours}")
+            finally:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+        finally:
+            if binder is not None:
+                binder.stop()
+            kwok_proc.stop()
+            await client.close()
+        ratio = round(ours["starts_per_s"] / max(1e-9, baseline["starts_per_s"]), 2)
+        return {
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus,
+            "vms": self.vms,
+            "gpus_per_vm": self.per_vm,
+            "baseline": baseline,
+            "gpu_binder": ours,
+            "throughput_ratio": ratio,
+        }
+
+    async def _seed(self, client: KubeClient) -> None:
+        t = time.perf_counter()
+        await client.create(fleet.gpu_class(cleaning="None"))
+        names = [f"kwok-{i:04d}" for i in range(self.nodes)]
+        devices = await seed_kwok(
+            client, names, self.gpus, fleet.DEVICE_ID, class_resource=fleet.RESOURCE
+        )
+        await client.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        _say(f"seeded {self.nodes} KWOK nodes, {devices} GPUs in {time.perf_counter() - t:.1f}s")
+
+    def _start_binder(self, client: KubeClient) -> Process:
+        port = free_port()
+        cert, key = self.cp.certs.ca.issue_serving("gpu-binder").write(self.work, "webhook")
+        proc = Process("gpu-binder", self.work / "logs" / "gpu-binder.log")
+        proc.start(
+            [
+                sys.executable,
+                "-m",
+                "gpu_binder.cli.main",
+                "run",
+                f"--kubeconfig={self.cp.kubeconfig}",
+                f"--as={BINDER_SA}",
+                f"--as-group={BINDER_GROUPS}",
+                "--leader-elect=false",
+                "--webhook-host=127.0.0.1",
+                f"--webhook-port={port}",
+                f"--tls-cert-file={cert}",
+                f"--tls-key-file={key}",
+                "--metrics-port=0",
+                "--log-level=warning",
+                "--log-format=text",
+            ]
+        )
+        self._webhook_url = f"https://127.0.0.1:{port}/mutate"
+        return proc
+
+    async def _settled(self, client: KubeClient) -> None:
+        """Until the binder has classified every GPU (status.className), then the webhook."""
+        t = time.perf_counter()
+        total = self.nodes * self.gpus
+        while True:
+            devices = (await client.list(GPUDevice)).items
+            if sum(1 for d in devices if d.status.class_name) >= total:
+                break
+            await asyncio.sleep(1.0)
+        config = fleet.webhook_configuration(self._webhook_url, self.cp.ca_pem)
+        await fleet.put_webhook_configuration(client, config)
+        await asyncio.sleep(2.0)  # the apiserver's webhook configuration informer
+        _say(f"binder settled on {total} GPUs in {time.perf_counter() - t:.1f}s")
+
+    async def _baseline(self, client: KubeClient, scheduled: Scheduled) -> dict[str, Any]:
+        """Plain pods asking the class's resource by count: the scheduler alone."""
+        names = [f"plain-{i:04d}" for i in range(self.vms)]
+        created: dict[str, float] = {}
+
+        async def one(name: str) -> None:
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {
+                    "nodeSelector": {SCHEDULABLE: "true"},
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "compute",
+                            "image": "virt-launcher",
+                            "resources": {"limits": {fleet.RESOURCE: str(self.per_vm)}},
+                        }
+                    ],
+                },
+            }
+            t = time.perf_counter()
+            await client.request("POST", PODS, pod)
+            created[name] = t
+
+        first = time.perf_counter()
+        await asyncio.gather(*(one(n) for n in names))
+        pending = await scheduled.until(set(names), PENDING_TIMEOUT)
+        ok = [n for n in names if n not in pending]
+        latency = [scheduled.at[n] - created[n] for n in ok]
+        done = [scheduled.at[n] for n in ok]
+        return {
+            "pod_create_to_scheduled": _ms(latency),
+            "starts_per_s": _throughput(first, done),
+            "not_scheduled": len(pending),
+            "why_not": await _why_pending(client, pending),
+        }
+
+    async def _gpu_binder(self, client: KubeClient, scheduled: Scheduled) -> dict[str, Any]:
+        names = [f"vm-{i:04d}" for i in range(self.vms)]
+        admitted: dict[str, float] = {}
+        pod_created: dict[str, float] = {}
+        pod_of: dict[str, str] = {}
+        refused: list[str] = []
+
+        async def one(name: str) -> None:
+            vm = builders.vm_object(
+                name, NAMESPACE, [fleet.RESOURCE] * self.per_vm, run_strategy="Always"
+            )
+            raw = await client.request("POST", f"{KUBEVIRT}/virtualmachines", vm.to_dict())
+            vmi = builders.vmi_for(type(vm).from_dict(raw))
+            t = time.perf_counter()
+            while True:
+                try:
+                    stored = await client.request(
+                        "POST", f"{KUBEVIRT}/virtualmachineinstances", vmi
+                    )
+                    break
+                except ApiError as e:
+                    refused.append(e.message)
+                    await asyncio.sleep(RETRY_AFTER)
+            admitted[name] = time.perf_counter() - t
+            pod = render_launcher_pod(stored)
+            t = time.perf_counter()
+            created = await client.request("POST", PODS, pod)
+            pod_created[name] = t
+            pod_of[name] = created["metadata"]["name"]
+
+        first = time.perf_counter()
+        await asyncio.gather(*(one(n) for n in names))
+        pending = await scheduled.until(set(pod_of.values()), PENDING_TIMEOUT)
+        ok = [n for n in names if pod_of[n] not in pending]
+        latency = [scheduled.at[pod_of[n]] - pod_created[n] for n in ok]
+        done = [scheduled.at[pod_of[n]] for n in ok]
+        misplaced = await self._misplaced(client, {n: pod_of[n] for n in ok}, scheduled.node)
+        return {
+            "vmi_create_to_admitted": _ms(list(admitted.values())),
+            "vmi_refused_then_retried": len(refused),
+            "refusals": sorted(set(refused))[:3],
+            "pod_create_to_scheduled": _ms(latency),
+            "starts_per_s": _throughput(first, done),
+            "pods_not_on_their_sets_node": misplaced,
+            "not_scheduled": len(pending),
+            "why_not": await _why_pending(client, pending),
+        }
+
+    async def _misplaced(
+        self, client: KubeClient, pod_of: dict[str, str], node_of_pod: dict[str, str]
+    ) -> int:
+        sets: dict[str, set[str]] = {}
+        for d in (await client.list(GPUDevice)).items:
+            b = d.status.binding
+            if b is not None and b.vm.namespace == NAMESPACE:
+                sets.setdefault(b.vm.name, set()).add(d.spec.node_name)
+        return sum(1 for vm, pod in pod_of.items() if sets.get(vm) != {node_of_pod[pod]})
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The figures side by side, for a person."""
+    b, g = figures["baseline"], figures["gpu_binder"]
+
+    def cell(d: dict[str, Any], key: str) -> str:
+        f = d.get(key) or {}
+        return f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f}" if f.get("samples") else "-"
+
+    rows: list[tuple[str, str, str]] = [
+        ("VMI create → admitted, p50 / p99 ms", cell(g, "vmi_create_to_admitted"), "-"),
+        (
+            "pod create → scheduled, p50 / p99 ms",
+            cell(g, "pod_create_to_scheduled"),
+            cell(b, "pod_create_to_scheduled"),
+        ),
+        ("starts per second", str(g["starts_per_s"]), str(b["starts_per_s"])),
+        ("pods not on their set's node", str(g["pods_not_on_their_sets_node"]), "-"),
+        ("VMIs refused, then created again", str(g["vmi_refused_then_retried"]), "-"),
+        ("pods not scheduled", str(g["not_scheduled"]), str(b["not_scheduled"])),
+    ]
+    head = (
+        f"{figures['vms']} starts of {figures['gpus_per_vm']} GPUs on {figures['nodes']} "
+        f"KWOK nodes × {figures['gpus_per_node']} GPUs (real kube-scheduler)"
+    )
+    width = max(len(r[0]) for r in rows)
+    lines = [head, f"{'':{width}}  {'gpu-binder':>14}  {'baseline':>14}"]
+    lines += [f"{a:{width}}  {x:>14}  {y:>14}" for a, x, y in rows]
+    lines.append(f"throughput ratio gpu-binder / baseline: {figures['throughput_ratio']}")
+    return "\n".join(lines)
+
+
+def main(
+    nodes: int = 500,
+    gpus: int = 8,
+    vms: int = 1000,
+    per_vm: int = 2,
+    progress: Callable[[str], None] = _say,
+) -> dict[str, Any]:
+    if vms * per_vm > nodes * gpus:
+        raise ValueError(f"{vms} VMs of {per_vm} GPUs do not fit {nodes} × {gpus} GPUs")
+    with tempfile.TemporaryDirectory(prefix="gpu-binder-bench-start-") as tmp:
+        cp = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER), progress=progress)
+        with cp:
+            progress(f"control plane up in {cp.startup_seconds:.1f}s")
+            cp.install_crds(fleet.CRDS)
+            _install_rbac(cp)
+            bench = Bench(cp, Path(tmp), nodes, gpus, vms, per_vm)
+            return asyncio.run(bench.run(cp.node_assets.kwok))
+
+
+def _install_rbac(cp: ControlPlane) -> None:
+    """deploy/binder/rbac.yaml: the binder runs as its ServiceAccount, as in a cluster."""
+    import yaml
+
+    paths = {
+        "Namespace": "/api/v1/namespaces",
+        "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    }
+    for doc in yaml.safe_load_all((fleet.DEPLOY / "binder" / "rbac.yaml").read_text()):
+        if doc:
+            path = paths[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+            resp = cp.request("POST", path, doc)
+            if not (resp.ok or resp.status == 409):
+                raise RuntimeError(f"installing {doc['kind']}: {resp.body[:300]!r}")

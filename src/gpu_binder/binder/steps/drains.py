@@ -1,0 +1,104 @@
+"""Drains: a VMI with passthrough GPUs cannot live-migrate, so a drain of its node waits on
+it for ever under evictionStrategy LiveMigrate or External; the binder says which VMIs a
+cordoned node's drain waits for, on their VMs (an Event) and on the node's GPUs (the
+condition DrainBlocked), and stops saying so once the node is uncordoned or they end.
+
+KubeVirt: virt-handler marks a VMI with any hostDevices, more than one GPU, or one GPU that
+is not a mediated device as not live-migratable (pkg/virt-handler/vm.go,
+vmiContainsNonMigratablePCIHostDevices); the eviction admitter refuses to evict the
+launcher pod of a non-migratable VMI under LiveMigrate, and only marks one under External
+for another controller to act on (pkg/virt-api/webhooks/validating-webhook/admitters/
+pod-eviction-admitter.go); the strategy is the VMI's, else the KubeVirt CR's
+(pkg/util/migrations/migrations.go, VMIEvictionStrategy), whose default is None. Under None
+and LiveMigrateIfPossible the pod is evicted: the guest shuts down and its set may move.
+"""
+
+from __future__ import annotations
+
+from gpu_binder.api.meta import Condition, set_condition
+from gpu_binder.binder import ops
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.deviceindex import DRAIN_BLOCKED
+from gpu_binder.binder.kubevirtcr import eviction_strategy
+
+# The strategies under which KubeVirt evicts no non-migratable VMI.
+BLOCKING = frozenset({"LiveMigrate", "External"})
+
+
+def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
+    """The live VMIs using GPUs of the node whose eviction KubeVirt refuses: VMI key ->
+    (its order key, its evictionStrategy)."""
+    world = ctx.world
+    default = ""
+    out: dict[str, tuple[str, str]] = {}
+    for name in world.devices.names_on(node):
+        att = world.devices.by_name[name].status.attachment
+        if att is None or att.vmi.key in out:
+            continue
+        vmi = world.vmis.get(att.vmi.key)
+        if vmi is None or not vmi.live or vmi.metadata.uid != att.vmi.uid:
+            continue
+        strategy = vmi.eviction_strategy
+        if not strategy:
+            default = default or eviction_strategy(ctx.world, ctx.config)
+            strategy = default
+        if strategy in BLOCKING:
+            out[vmi.key] = (vmi.order_key, strategy)
+    return out
+
+
+def drains(ctx: Context) -> None:
+    world = ctx.world
+    devices = world.devices
+    flagged = {devices.by_name[n].spec.node_name for n in devices.drain_flagged}
+    said = ctx.memory.drain_blocked
+    still: set[str] = set()
+    for node in sorted(world.cordoned | flagged):
+        blockers = blocking(ctx, node) if node in world.cordoned else {}
+        cond = _condition(ctx, node, blockers) if blockers else None
+        for name in sorted(devices.names_on(node)):
+            d = devices.by_name[name]
+            have = tuple(c for c in d.status.conditions if c.type == DRAIN_BLOCKED)
+            if cond is None:
+                if not have:
+                    continue
+                conditions = tuple(c for c in d.status.conditions if c.type != DRAIN_BLOCKED)
+            else:
+                conditions = set_condition(d.status.conditions, cond)
+                if conditions == d.status.conditions:
+                    continue
+            status = d.status.model_copy(update={"conditions": conditions})
+            ctx.plan.device_status(d.model_copy(update={"status": status}))
+        for vmi_key, (key, strategy) in sorted(blockers.items()):
+            still.add(key)
+            said.add(key)
+            vmi_name = vmi_key.partition("/")[2]
+            ctx.say(
+                f"drain/{key}",
+                ops.vm_note(
+                    ctx,
+                    key,
+                    "GPUDrainBlocked",
+                    f"VMI {vmi_name} blocks the drain of node {node}: evictionStrategy "
+                    f"{strategy} needs a live migration, which a VMI with passthrough GPUs "
+                    "cannot make; stop the VM to free the node, or give it evictionStrategy "
+                    "None or LiveMigrateIfPossible",
+                    warning=True,
+                ),
+            )
+    for key in sorted(said - still):
+        said.discard(key)
+        ctx.unsay(f"drain/{key}")
+
+
+def _condition(ctx: Context, node: str, blockers: dict[str, tuple[str, str]]) -> Condition:
+    named = ", ".join(f"{k} ({s})" for k, (_, s) in sorted(blockers.items()))
+    return Condition(
+        type=DRAIN_BLOCKED,
+        status="True",
+        reason="NotLiveMigratable",
+        message=f"node {node} is cordoned and its drain waits for VMI {named}: a VMI with "
+        "passthrough GPUs cannot live-migrate, and KubeVirt evicts none under evictionStrategy "
+        "LiveMigrate or External",
+        last_transition_time=ctx.now,
+    )
