@@ -145,6 +145,30 @@ def test_a_pod_that_ended_holds_nothing(
     assert checker.check() == []
 
 
+def test_a_launcher_pod_still_running_after_its_vmi_ended_is_not_judged_by_9(
+    store: MemoryClient, history: History, checker: InvariantChecker
+) -> None:
+    """The guest is off once virt-handler reports the VMI final; the pod may read Running
+    for long after (its node's kubelet down) while the binder releases the set."""
+    set_on_n1(history)
+    vmi = history.run("t/a", "n1", "d0", "d1")
+    running_pod(store, vmi, "n1", S0, S1)
+    checker.check()
+    history.end(vmi)
+    history.release("d0")
+    history.release("d1")
+    assert checker.check() == []
+
+
+def test_a_temporary_pod_off_its_set_violates_9_whatever_its_vmi(
+    store: MemoryClient, history: History, checker: InvariantChecker
+) -> None:
+    history.device("d0", "n1", 0)
+    vmi = history.end(history.run("t/a", "n1"))
+    running_pod(store, vmi, "n1", S0, temp=True)
+    assert numbers(checker.check()) == ["(9)"]
+
+
 # --- (9b) ------------------------------------------------------------------------------
 
 

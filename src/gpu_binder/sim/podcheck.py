@@ -3,7 +3,8 @@
 (9) Every pod holding slot resources (a virt-launcher pod, a WaitForFirstConsumer
 temporary pod) runs on its set's node and holds exactly its set's slots: judged when a
 pod starts running (the kubelet has given it the devices) and again, while it runs,
-whenever a device it holds or its set changes.
+whenever a device it holds or its set changes; a launcher pod no longer once its VMI is
+final (the guest is off: see `_guest_ended`).
 
 (9b) An Attached device is one its VMI runs with: a slot device held by the VMI's running
 launcher pod, or for a class served by count (`pinning: Node`) one on that pod's node.
@@ -80,7 +81,10 @@ class PodChecker:
         """(9) The pod's slots are its set's, all of them, on the set's node."""
         if not held and not any(is_slot_resource(r) for r in pod.resources):
             return []
-        what = "temporary pod" if is_temp_pod(pod.raw) else "pod"
+        temp = is_temp_pod(pod.raw)
+        if not temp and self._guest_ended(pod):
+            return []
+        what = "temporary pod" if temp else "pod"
         mine = {n for n in self._set.get(order, ()) if self._served_by_slot(n)}
         if not mine:
             return [
@@ -193,6 +197,18 @@ class PodChecker:
             self._dirty_devices |= {n for n in self._set.get(order, ()) if n in self._devices}
         if gone is None or gone[2] != held:
             self._dirty_pods.add(key)
+
+    def _guest_ended(self, pod: Pod) -> bool:
+        """The launcher pod's VMI is final: virt-handler reports Succeeded or Failed once
+        the domain is gone (pkg/virt-handler/vm.go, calculateVmPhaseForStatusReason), so
+        the pod uses no GPU, though it may read Running for long after (its node's kubelet
+        down, the pod's end unreported) and the binder may have released its set."""
+        vmi = self._vmis.get(f"{pod.metadata.namespace}/{pod.vmi_name}")
+        return (
+            vmi is not None
+            and vmi.metadata.uid == pod.vmi_uid
+            and vmi.phase in ("Succeeded", "Failed")
+        )
 
     def _order_of(self, pod: Pod) -> str:
         """The order the pod's VMI runs for: its VM, or the VMI itself."""
