@@ -8,27 +8,20 @@ import pytest
 from gpu_binder.binder.config import Config
 from gpu_binder.sim.command import run
 
-# The chaos workload runs KubeVirt as its source does (sim.kubevirt): on today's binder the
-# LiveUpdate affinity sync sends launcher pods to other tenants' GPUs (invariant 9), and
-# what follows (adoption of the GPUs the VMI did get, records from skewed clocks) breaks
-# more. The lead flips these once the pod pin and the binder fixes are merged.
-ISSUE_10 = pytest.mark.xfail(
-    strict=True, reason="issue 10: binder fix on branch kv-binder/kv-podpin"
-)
+# The chaos workload runs KubeVirt as its source does (sim.kubevirt: pods scheduled, the
+# LiveUpdate affinity sync, instancetypes, every runStrategy, skewed clocks). Before the pod
+# pin and issue 10's binder fixes these seeds broke invariants 3, 9 and 11 (the VMI pin
+# undone, launcher pods handed other tenants' GPUs); invariants 9, 9b and 11 are each shown
+# failing on a history that breaks them in tests/sim/test_invariants_kubevirt.py.
 
 
-@ISSUE_10
 @pytest.mark.parametrize("seed", range(1, 13))
 async def test_invariants_hold_under_chaos(seed: int) -> None:
     figures = await run(nodes=12, gpus_per_node=8, vms=60, events=300, seed=seed, chaos=True)
     assert figures["violations"] == []
 
 
-# Where a VMI runs off its set (the pin lost), incremental passes attach and adopt later
-# than a sweep does on these seeds; 5 and 8 decide alike even so.
-@pytest.mark.parametrize(
-    "seed", [pytest.param(s, marks=ISSUE_10) if s not in (5, 8) else s for s in range(1, 9)]
-)
+@pytest.mark.parametrize("seed", range(1, 9))
 async def test_incremental_passes_decide_as_full_sweeps_would(seed: int) -> None:
     # Without defragmentation: it runs on resync sweeps and while an order newly waits, by
     # design (binder.steps.defrag), so a binder sweeping on every pass makes room sooner
@@ -52,7 +45,6 @@ async def test_incremental_passes_decide_as_full_sweeps_would(seed: int) -> None
         assert incremental[figure] == swept[figure], figure
 
 
-@ISSUE_10
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(1, 4))
 async def test_invariants_hold_in_a_long_chaos_run(seed: int) -> None:

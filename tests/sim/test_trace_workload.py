@@ -138,7 +138,6 @@ async def test_pod_asking_more_cpu_than_any_node_has_is_refused(tmp_path: Path) 
     assert figures["violations"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: binder fix on branch kv-binder/kv-podpin")
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_chaos_on_a_trace_holds_every_invariant(tmp_path: Path, seed: int) -> None:
     rows = [pod(i, 1 + i % 4 // 2, i * 90, i * 90 + 600 + (i * 397) % 5000) for i in range(80)]
