@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_binder.api.kinds import KubeVirt
-from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUBindRequest, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.events import ClientRecorder
@@ -410,9 +410,24 @@ class Cluster:
         await self.settle()
 
     async def start_unmanaged(self, raw: dict[str, Any]) -> None:
-        """A VMI created around the webhook (say while it was down)."""
-        await self.kubevirt.create_vmi(raw, admitted=False)
+        """A VMI started before gpu-binder was installed (while its webhooks are down the
+        API server refuses GPU VMIs and pods: failurePolicy Fail): neither the VMI nor its
+        pods are admitted by them, and no binder looks until it runs."""
+        pinner, self.pod_pinner, up = self.pod_pinner, None, self.binder_up
+        self.binder_up = False
+        try:
+            vmi = await self.kubevirt.create_vmi(raw, admitted=False)
+            for _ in range(30):  # KubeVirt, the scheduler and the kubelet run it meanwhile
+                await self.tick(1)
+                if isinstance(vmi, str) or self._phase_of(vmi) in ("Running", "Succeeded", ""):
+                    break
+        finally:
+            self.pod_pinner, self.binder_up = pinner, up
         await self.settle()
+
+    def _phase_of(self, vmi: VirtualMachineInstance) -> str:
+        found = self.client.peek(VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace)
+        return found.phase if found is not None else ""
 
 
 def elapsed(c: Cluster) -> timedelta:
