@@ -90,7 +90,7 @@ class Cluster:
 
     def __post_init__(self) -> None:
         self.client = MemoryClient(clock=self.clock)
-        self.world = World()
+        self.world = World(clock=self.clock)
         self._lagging: list[WatchEvent[Any]] | None = None
         self._unsubscribe = self.client.subscribe(self._feed)
         self.binder = Reconciler(self.client, self.world, self.config, clock=self.clock)
@@ -546,7 +546,7 @@ class Cluster:
     def restart(self, config: Config | None = None) -> None:
         """A new binder process: a fresh World listed from the API, empty memory."""
         self._unsubscribe()
-        self.world = World()
+        self.world = World(clock=self.clock)
         for kind in WATCHED:
             selector = SELECTORS.get(kind, "")
             for obj in self.client.objects(kind):

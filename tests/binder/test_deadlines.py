@@ -73,3 +73,14 @@ def test_due_keys_equal_a_walk_of_every_deadline(ops: list[tuple[str, int, int]]
         else:
             now = _at(minute)
             assert sorted(d.due(now)) == sorted(k for k, t in model.items() if t <= now)
+
+
+def test_next_is_the_earliest_time_of_a_key_still_waiting() -> None:
+    d = Deadlines()
+    assert d.next() is None
+    d.set("ns/a", _at(1))
+    d.set("ns/b", _at(3))
+    d.set("ns/a", _at(5))  # moved: its old time is stale
+    assert d.next() == _at(3)
+    d.discard("ns/b")
+    assert d.next() == _at(5)

@@ -4,6 +4,7 @@ VMI (and its finish time) until its records are closed."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -337,3 +338,16 @@ async def test_removing_the_usage_finalizer_keeps_the_other_finalizers(cluster: 
     cluster.finish("vm")
     await cluster.settle()
     assert cluster.vmi("vm").metadata.finalizers == ("kubevirt.io/foreground",)
+
+
+async def test_a_backdated_finish_never_ends_a_record_before_the_binder_saw_the_vmi_live(
+    cluster: Cluster,
+) -> None:
+    """A VMI's status is its tenant's to write: Succeeded, stamped a second after the start,
+    arriving two hours on. The record ends when the binder last saw it live, not then."""
+    await running(cluster)
+    start = cluster.clock.now
+    seen = cluster.clock.advance(hours=2)
+    cluster.finish("vm", at=start + timedelta(seconds=1))
+    await cluster.settle_after(seconds=5)
+    assert [r.spec.end for r in cluster.records()] == [seen, seen]

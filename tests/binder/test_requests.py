@@ -129,6 +129,26 @@ async def test_a_request_moves_a_set_whose_node_was_just_cordoned(cluster: Clust
     assert cluster.node_of("vm") == "node-b"
 
 
+async def test_a_request_answered_after_its_retried_vmi_was_admitted_moves_nothing(
+    cluster: Cluster,
+) -> None:
+    # The webhook timed out on the request and denied the VMI; KubeVirt created it again
+    # and it was pinned to the set. The first request, still pending, is answered late:
+    # the live VMI of that name holds the set where it was pinned.
+    cluster.node("node-a")
+    cluster.node("node-b")
+    cluster.vm("vm", 2)
+    await cluster.settle()
+    pinned = cluster.set_of("vm")
+    cluster.start("vm", phase="Pending", node="")
+    cluster.cordon("node-a")
+    cluster.request("vm", 2)
+    await cluster.answer_requests()
+    answer = cluster.answer("vm-bind").status
+    assert (answer.node_name, list(answer.devices)) == ("node-a", pinned)
+    assert cluster.set_of("vm") == pinned
+
+
 async def test_a_request_for_a_set_stuck_on_a_cordoned_node_fails_saying_why(
     cluster: Cluster,
 ) -> None:
@@ -145,6 +165,27 @@ async def test_a_request_for_a_set_stuck_on_a_cordoned_node_fails_saying_why(
         "node node-a is cordoned, but the set cannot move: "
         "2 × h100 requested; the largest free set is 1 on node-b"
     )
+
+
+async def test_a_request_its_webhook_deleted_does_not_hold_up_the_next_answer(
+    cluster: Cluster,
+) -> None:
+    # The webhook gave up (bind timeout) and deleted its request before the binder's watch
+    # said so: writing that answer finds nothing, and the other answers are written.
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("gone", 1)
+    cluster.vm("vm", 1)
+    cluster.request("gone", 1)
+    cluster.request("vm", 1)
+    cluster.lag()
+    await cluster.client.delete(GPUBindRequest, "gone-bind", NAMESPACE)
+    result = await cluster.answer_requests()
+    cluster.catch_up()
+    assert not result.aborted
+    answer = cluster.answer("vm-bind").status
+    assert answer.phase == RequestPhase.BOUND and list(answer.devices) == cluster.set_of("vm")
+    assert len(cluster.set_of("gone")) == 1  # bound for its VM's next start all the same
 
 
 def left(cluster: Cluster, name: str) -> bool:

@@ -86,3 +86,49 @@ async def test_a_device_in_use_by_a_live_vmi_stays_in_the_set_beyond_the_count(
 def _unbound(d: GPUDevice) -> GPUDevice:
     status = d.status.model_copy(update={"binding": None, "phase": Phase.AVAILABLE})
     return d.model_copy(update={"status": status})
+
+
+async def test_a_requested_set_beyond_its_vms_order_waits_for_the_vmi_it_was_bound_for(
+    cluster: Cluster,
+) -> None:
+    """The request's order is the VMI's spec, which may name GPUs its VM does not (a VMI
+    the tenant made, owned by its GPU-less VM): the set waits for that VMI, which then
+    holds it, rather than going to Cleaning before the VMI is seen."""
+    cluster.node("node-a")
+    cluster.vm("vm", 0, running=True)
+    await cluster.settle()
+    cluster.request("vm", 2, name="forged-bind")
+    await cluster.answer_requests()
+    answer = cluster.answer("forged-bind").status
+    await cluster.settle_after(seconds=5)  # the VMI is still on its way
+    assert cluster.set_of("vm") == sorted(answer.devices)
+    cluster.start("vm", node=answer.node_name, devices=answer.devices)
+    await cluster.settle_after(seconds=60)
+    assert all(cluster.phase(n) == Phase.ATTACHED for n in answer.devices)
+
+
+async def test_a_requested_set_whose_vmi_never_came_goes_after_twice_the_bind_timeout(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    cluster.vm("vm", 0, running=True)
+    await cluster.settle()
+    cluster.request("vm", 2)
+    await cluster.answer_requests()
+    await cluster.settle_after(seconds=9)
+    assert len(cluster.set_of("vm")) == 2
+    await cluster.settle_after(seconds=1)
+    assert cluster.set_of("vm") == []
+
+
+async def test_the_pass_after_a_requested_set_is_held_comes_when_the_wait_ends(
+    cluster: Cluster,
+) -> None:
+    """No event announces a VMI that never comes: the pass is requeued for the wait's end,
+    not the next resync."""
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.request("solo", 2)
+    await cluster.answer_requests()
+    result = await cluster.run()
+    assert result.requeue_after == 2 * cluster.config.bind_timeout

@@ -21,7 +21,7 @@ from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.devcluster import fleet
-from gpu_binder.envtest import ControlPlane
+from gpu_binder.envtest import ControlPlane, User
 from gpu_binder.kube import connect
 from gpu_binder.kube.client import KubeClient
 from gpu_binder.kube.leaderelection import Timings
@@ -82,6 +82,49 @@ def namespace(cp: ControlPlane, prefix: str = "t") -> str:
     name = f"{prefix}-{uid()}"
     put(cp, {"kind": "Namespace", "metadata": {"name": name}})
     return name
+
+
+# KubeVirt's kubevirt.io:edit ClusterRole, aggregated into `edit`, as far as tenants' VMs and
+# VMIs go (pkg/virt-operator/resource/generate/rbac/cluster.go, newEditClusterRole): the test
+# control plane runs no virt-operator to install it.
+KUBEVIRT_EDIT = {
+    "kind": "ClusterRole",
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "metadata": {"name": "test-kubevirt-edit"},
+    "rules": [
+        {
+            "apiGroups": ["kubevirt.io"],
+            "resources": ["virtualmachines", "virtualmachineinstances"],
+            "verbs": ["get", "delete", "create", "update", "patch", "list", "watch"],
+        }
+    ],
+}
+
+
+def tenant(cp: ControlPlane, ns: str, name: str | None = None) -> User:
+    """A hostile tenant of issue 11: admin of its namespace as KubeVirt's `edit` role
+    (VMs and VMIs, whose status it may write: VMIs have no status subresource) and
+    `gpu-binder-tenant` make it; nothing more."""
+    user = cp.add_user(name or f"tenant-{uid()}", ["tenants"])
+    put(cp, KUBEVIRT_EDIT)
+    for role in ("edit", "gpu-binder-tenant", KUBEVIRT_EDIT["metadata"]["name"]):
+        put(
+            cp,
+            {
+                "kind": "RoleBinding",
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "metadata": {"name": f"{role}-{user.name}"[:63], "namespace": ns},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [
+                    {"kind": "User", "name": user.name, "apiGroup": "rbac.authorization.k8s.io"}
+                ],
+            },
+        )
+    return user
 
 
 async def eventually(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from webhook_cluster import Cluster, review, vmi_of
 
 from gpu_binder.api.types import GPUDevice
@@ -39,3 +40,40 @@ async def test_a_standalone_vmi_is_not_pinned_to_a_set_bound_under_another_uid(
     decision = cluster.admitter().decide(review(vmi))
     assert isinstance(decision, NeedsRequest), "it asks for a set of its own"
     assert isinstance(cluster.client.peek(GPUDevice, d.metadata.name), GPUDevice)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("uid", ""), ("name", ""), ("kind", ""), ("apiVersion", ""), ("apiVersion", "kubevirt.io/")],
+)
+async def test_a_vmi_whose_owner_the_api_server_would_refuse_is_denied_and_asks_nothing(
+    cluster: Cluster, field: str, value: str
+) -> None:
+    """Mutating webhooks run before the API server validates ownerReferences: admitted, the
+    VMI would be refused (422) after its set was bound, for an order that never comes."""
+    vm = cluster.vm("vm", {"h100": 1})
+    cluster.gpu("node-a", 3)
+    vmi = vmi_of(vm)
+    vmi["metadata"]["ownerReferences"][0][field] = value
+    response = await cluster.admitter().admit(review(vmi))
+    assert response["response"]["allowed"] is False
+    message = response["response"]["status"]["message"]
+    assert f"metadata.ownerReferences[0].{field} must not be empty" in message
+    assert await cluster.requests_left() == []
+
+
+async def test_a_vmi_with_two_controller_owners_is_denied_and_asks_nothing(
+    cluster: Cluster,
+) -> None:
+    vm = cluster.vm("vm", {"h100": 1})
+    cluster.gpu("node-a", 3)
+    vmi = vmi_of(vm)
+    owner = vmi["metadata"]["ownerReferences"][0]
+    vmi["metadata"]["ownerReferences"].append({**owner, "name": "other", "uid": "u-2"})
+    response = await cluster.admitter().admit(review(vmi))
+    assert response["response"]["allowed"] is False
+    assert (
+        "only one ownerReference may have controller: true"
+        in (response["response"]["status"]["message"])
+    )
+    assert await cluster.requests_left() == []

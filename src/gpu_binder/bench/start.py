@@ -10,9 +10,11 @@ over TLS) settled on their GPUDevices. Then, side by side in one run:
   gpu-binder in their path: pod create → scheduled;
 - gpu-binder: VMS VMs of PER_VM GPUs, all at once, each followed by its VMI as KubeVirt's
   VM controller creates it (through the webhook, which waits for the binder's bind; a
-  refused VMI is created again after a second, as the VM controller retries) and then its
-  launcher pod as virt-controller renders it: VMI create → admitted, pod create →
-  scheduled, and whether every pod landed on the node of its VM's set.
+  refused VMI is created again after a second, as the VM controller retries), then its
+  launcher pod as virt-controller renders it (through the pod webhook), and once the pod
+  is scheduled its VMI reported Scheduled on that node and Running (bench.kubevirt plays
+  KubeVirt's controllers): VMI create → admitted, pod create → scheduled, and whether
+  every pod landed on the node of its VM's set.
 
 Starts per second: pods scheduled over the time from the burst's first create to its
 last scheduling. The ratio gpu-binder / baseline is the figure.
@@ -33,7 +35,7 @@ from typing import Any
 
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.bench.launcher import render_launcher_pod
+from gpu_binder.bench import apicalls, kubevirt
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
 from gpu_binder.devcluster.kwoknodes import SCHEDULABLE, seed_kwok
@@ -49,9 +51,6 @@ BINDER_SA = "system:serviceaccount:gpu-binder:gpu-binder"
 BINDER_GROUPS = "system:serviceaccounts,system:serviceaccounts:gpu-binder,system:authenticated"
 KUBEVIRT = f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-# How long the VM controller waits before creating a refused VMI again (a stand-in for
-# its rate-limited requeue).
-RETRY_AFTER = 1.0
 # How long the burst's last pods may stay pending before they are counted as not scheduled.
 PENDING_TIMEOUT = 300.0
 
@@ -75,11 +74,13 @@ def _ms(samples: list[float]) -> dict[str, float]:
 
 @dataclass
 class Scheduled:
-    """When each pod of the namespace was first seen with a node (a watch), and where."""
+    """When each pod of the namespace was first seen with a node (a watch), and where; the
+    VMI of each launcher pod is then reported Scheduled and Running, as KubeVirt would."""
 
     at: dict[str, float] = field(default_factory=dict)
     node: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    reports: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def watch(self, client: KubeClient) -> None:
         rv = (await client.list(Pod, NAMESPACE)).resource_version
@@ -95,6 +96,10 @@ class Scheduled:
                         self.at[name] = time.perf_counter()
                         self.node[name] = pod.node_name
                         self.changed.set()
+                        if pod.vmi_uid:
+                            report = asyncio.create_task(kubevirt.report_scheduled(client, pod))
+                            self.reports.add(report)
+                            report.add_done_callback(self.reports.discard)
             except ApiError:
                 rv = (await client.list(Pod, NAMESPACE)).resource_version
 
@@ -148,9 +153,15 @@ class Bench:
             scheduled = Scheduled()
             watch = asyncio.create_task(scheduled.watch(client))
             try:
+                t0 = await apicalls.served(self.cp)
                 baseline = await self._baseline(client, scheduled)
+                t1 = await apicalls.served(self.cp)
+                baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
                 _say(f"baseline: {baseline}")
                 ours = await self._gpu_binder(client, scheduled)
+                ours["api_requests_per_start"] = apicalls.per_start(
+                    t1, await apicalls.served(self.cp), self.vms
+                )
                 _say(f"gpu-binder: {ours}")
             finally:
                 watch.cancel()
@@ -205,7 +216,7 @@ class Bench:
                 "--log-format=text",
             ]
         )
-        self._webhook_url = f"https://127.0.0.1:{port}/mutate"
+        self._webhook_url = f"https://127.0.0.1:{port}"
         return proc
 
     async def _settled(self, client: KubeClient) -> None:
@@ -267,6 +278,7 @@ class Bench:
         pod_created: dict[str, float] = {}
         pod_of: dict[str, str] = {}
         refused: list[str] = []
+        pods_refused: list[str] = []
 
         async def one(name: str) -> None:
             vm = builders.vm_object(
@@ -275,19 +287,10 @@ class Bench:
             raw = await client.request("POST", f"{KUBEVIRT}/virtualmachines", vm.to_dict())
             vmi = builders.vmi_for(type(vm).from_dict(raw))
             t = time.perf_counter()
-            while True:
-                try:
-                    stored = await client.request(
-                        "POST", f"{KUBEVIRT}/virtualmachineinstances", vmi
-                    )
-                    break
-                except ApiError as e:
-                    refused.append(e.message)
-                    await asyncio.sleep(RETRY_AFTER)
+            stored = await kubevirt.create_vmi(client, vmi, refused)
             admitted[name] = time.perf_counter() - t
-            pod = render_launcher_pod(stored)
             t = time.perf_counter()
-            created = await client.request("POST", PODS, pod)
+            created = await kubevirt.create_launcher_pod(client, stored, pods_refused)
             pod_created[name] = t
             pod_of[name] = created["metadata"]["name"]
 
@@ -302,6 +305,8 @@ class Bench:
             "vmi_create_to_admitted": _ms(list(admitted.values())),
             "vmi_refused_then_retried": len(refused),
             "refusals": sorted(set(refused))[:3],
+            "pods_refused_then_retried": len(pods_refused),
+            "pod_refusals": sorted(set(pods_refused))[:3],
             "pod_create_to_scheduled": _ms(latency),
             "starts_per_s": _throughput(first, done),
             "pods_not_on_their_sets_node": misplaced,
@@ -338,6 +343,7 @@ def table(figures: dict[str, Any]) -> str:
         ("starts per second", str(g["starts_per_s"]), str(b["starts_per_s"])),
         ("pods not on their set's node", str(g["pods_not_on_their_sets_node"]), "-"),
         ("VMIs refused, then created again", str(g["vmi_refused_then_retried"]), "-"),
+        ("launcher pods refused, then created again", str(g["pods_refused_then_retried"]), "-"),
         ("pods not scheduled", str(g["not_scheduled"]), str(b["not_scheduled"])),
     ]
     head = (

@@ -57,6 +57,9 @@ class Memory:
     order_deadlines: Deadlines = field(default_factory=Deadlines)
     # Per node: its bound devices by VM key, as of a device generation (steps.defrag).
     bound_on_node: dict[str, tuple[int, dict[str, list[GPUDevice]]]] = field(default_factory=dict)
+    # Sets held for the VMI their bind request was for (steps.sets.awaiting_vmi), due when
+    # the wait ends: a ghost's set goes then, not at the next resync.
+    vmi_arrivals: Deadlines = field(default_factory=Deadlines)
     # Answered bind requests, by key, due for deletion should their webhook not delete them.
     request_expiry: Deadlines = field(default_factory=Deadlines)
     # Orders whose VMI was said to block a drain (steps.drains), to unsay once it does not.

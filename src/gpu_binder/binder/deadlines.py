@@ -40,6 +40,13 @@ class Deadlines:
     def discard(self, key: str) -> None:
         self._when.pop(key, None)
 
+    def next(self) -> datetime | None:
+        """The earliest time a key is due, None when none waits."""
+        heap = self._heap
+        while heap and self._when.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # stale: its key moved or left
+        return heap[0][0] if heap else None
+
     def due(self, now: datetime) -> list[str]:
         """Keys due at `now`, earliest first; they stay until set anew or discarded."""
         heap = self._heap

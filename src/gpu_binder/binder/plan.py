@@ -95,6 +95,26 @@ class Plan:
         if note is not None:
             w.notes.append(note)
 
+    def waves(self) -> list[list[int]]:
+        """The writes' indices (in decision order) in the order they may be made: device
+        binds, then the other device writes (releases, phases, finalizers), then writes of
+        other kinds (a bind request's answer, records, statuses). Within a wave, writes
+        touch distinct objects and may be made together; a wave starts once the one
+        before it was written whole."""
+        waves: list[list[int]] = [[], [], []]
+        for i, w in enumerate(self.writes.values()):
+            if not isinstance(w.obj, GPUDevice):
+                waves[2].append(i)
+            elif (
+                w.verb == "status"
+                and w.obj.status.binding is not None
+                and (w.before is None or w.before.status.binding != w.obj.status.binding)
+            ):
+                waves[0].append(i)
+            else:
+                waves[1].append(i)
+        return [wave for wave in waves if wave]
+
     def savepoint(self) -> Savepoint:
         """Where the plan stands, to take back decisions that turn out to be half of one."""
         return Savepoint(

@@ -6,6 +6,7 @@ derived state after an aborted placement follow the reference reconciler (DESIGN
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from gpu_binder.api.types import (
     RECORD_OPEN,
     RECORD_STATE_LABEL,
     UNLABELLED_RECORDS,
+    GPUBindRequest,
     GPUDevice,
     GPUUsageRecord,
     watched_record,
@@ -52,6 +54,11 @@ from gpu_binder.client.interface import Client, WatchEvent
 
 PASS_KEY = "gpu-binder"
 REQUESTS_KEY = "gpu-binder-requests"
+# Writes of a step made at once: the API server answers concurrent writes in about the
+# time of one, where a burst's hundreds of binds, one round trip each, kept the bind
+# requests waiting past their webhook's timeout; bounded, so a first sweep over thousands
+# of devices does not flood it.
+WRITES_IN_FLIGHT = 16
 
 Step = Callable[[Context], None]
 
@@ -134,6 +141,13 @@ class Reconciler:
             # Grace periods expire without an event, and with the binder disabled nothing
             # watches the VMI a deleted device waits for.
             result.requeue_after = self.config.resync
+            # A set held for its request's VMI goes when the wait ends (steps.sets, which
+            # runs only when enabled).
+            arrival = self.memory.vmi_arrivals.next() if self.config.enabled else None
+            if arrival is not None:
+                result.requeue_after = min(
+                    result.requeue_after, max(arrival - now, self.config.conflict_retry)
+                )
         return result
 
     def _awaiting_release(self) -> bool:
@@ -232,31 +246,83 @@ class Reconciler:
                 await self.recorder.record(note, now)
 
     async def _write_all(self, plan: Plan, result: Result, notes: list[Note]) -> None:
+        """Make the plan's writes, WRITES_IN_FLIGHT at a time, wave by wave (Plan.waves):
+        binds, then the other device writes, then the rest, so a bind refused stops the
+        releases of its move and a request's answer is written after its devices.
+
+        The first conflict or error starts no more writes: those in flight finish (and
+        enter the world), every write not made is un-staged. Writes of one wave touch
+        distinct objects, and no decision of a step depends on the order of its writes.
+        """
         items = list(plan.writes.values())
-        for i, w in enumerate(items):
-            if not self.is_leader():
-                self._revert(items[i:])
-                raise NotLeader("lease lost: no more writes")
-            try:
-                written = await self._write(w)
-            except (Conflict, NotFound):
-                self.metrics.conflicts.inc()
-                result.conflicts += 1
-                result.aborted = True
-                self._revert(items[i:])
-                return
-            except ApiError as e:
-                result.errors.append(e)
-                result.aborted = True
-                self._revert(items[i:])
-                return
-            result.writes += 1
-            self.metrics.writes.labels(w.verb).inc()
-            if written is not None:
-                # Write-through: the response enters the cache before the next decision.
-                self.world.apply(WatchEvent("MODIFIED", written))
-            notes.extend(w.notes)
-        notes.extend(plan.notes)
+        written: set[int] = set()
+        try:
+            for wave in plan.waves():
+                if await self._write_wave(items, wave, result, written):
+                    break
+        finally:
+            self._revert([w for i, w in enumerate(items) if i not in written])
+            for i, w in enumerate(items):
+                if i in written:
+                    notes.extend(w.notes)
+        if len(written) == len(items):
+            notes.extend(plan.notes)
+
+    async def _write_wave(
+        self, items: list[Write], wave: list[int], result: Result, written: set[int]
+    ) -> bool:
+        """One wave's writes; True when a conflict or an error stopped it (NotLeader is
+        raised once the writes in flight have finished)."""
+        stop: list[str] = []  # why this wave starts no more writes (an earlier step's
+        # abort does not stop this one's: release runs after a placement conflict)
+        limit = asyncio.Semaphore(WRITES_IN_FLIGHT)
+
+        async def one(i: int) -> None:
+            async with limit:
+                if stop:
+                    return
+                if not self.is_leader():
+                    stop.append("lease")
+                    return
+                w = items[i]
+                try:
+                    made = await self._write(w)
+                except NotFound:
+                    if _answer_of_a_gone_request(w):
+                        # Its webhook gave up waiting (bind timeout) and deleted it: nobody
+                        # reads this answer, and the devices bound for it stay the VM's. No
+                        # conflict: the step's other answers and placements are written.
+                        self.world.apply(WatchEvent("DELETED", w.obj))
+                        written.add(i)
+                        return
+                    stop.append("conflict")
+                    self._conflict(result)
+                    return
+                except Conflict:
+                    stop.append("conflict")
+                    self._conflict(result)
+                    return
+                except ApiError as e:
+                    stop.append("error")
+                    result.errors.append(e)
+                    result.aborted = True
+                    return
+                written.add(i)
+                result.writes += 1
+                self.metrics.writes.labels(w.verb).inc()
+                if made is not None:
+                    # Write-through: the response enters the cache before the next decision.
+                    self.world.apply(WatchEvent("MODIFIED", made))
+
+        await asyncio.gather(*(one(i) for i in wave))
+        if "lease" in stop:
+            raise NotLeader("lease lost: no more writes")
+        return bool(stop)
+
+    def _conflict(self, result: Result) -> None:
+        self.metrics.conflicts.inc()
+        result.conflicts += 1
+        result.aborted = True
 
     def _revert(self, unwritten: list[Write]) -> None:
         for w in reversed(unwritten):
@@ -337,3 +403,7 @@ class Reconciler:
         GET and PUT of the whole status, which would need update rights on every field
         of every node and race the kubelet's heartbeats."""
         return await self.client.set_condition(Node, node_name, "", cond.to_dict())
+
+
+def _answer_of_a_gone_request(w: Write) -> bool:
+    return w.verb == "status" and isinstance(w.obj, GPUBindRequest)

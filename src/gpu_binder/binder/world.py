@@ -8,6 +8,7 @@ response at once, so the next decision never acts on what the binder itself repl
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,7 +52,10 @@ class World(Orders):
     """Everything the binder decides on, fed by watch events; the queries about orders
     are binder.ordering's."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        # The binder's own clock, for the times it observes (see seen_running); None where
+        # the world is fed from a recording or by a tool, which observe nothing.
+        self.clock = clock
         self.devices = DeviceIndex()
         self.classes: dict[str, GPUClass] = {}
         self.class_by_resource: dict[str, GPUClass] = {}
@@ -88,6 +92,9 @@ class World(Orders):
         self.served_twice_cache: tuple[object, int, dict[str, str]] | None = None
         # When deleted VMIs finished, by uid, oldest first (see vmi_ended_at).
         self.ended_vmis: dict[str, datetime] = {}
+        # By uid, when this world last held the VMI live: the arrival of the version that
+        # ended it (see _observe_end). Kept as long as ended_vmis.
+        self.seen_running: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
         self.dirty: set[str] = set()
         self.class_gen = 0
@@ -98,6 +105,9 @@ class World(Orders):
         self._orders: dict[str, tuple[object, object, dict[str, int] | None]] = {}
         self._runs: dict[str, tuple[object, int | None, str, int | None, int, Resolved]] = {}
         self.synced = False
+        # Told of every bind request change, the binder's own answers (write-through)
+        # included: the webhook's admissions wait on it (webhook.answers).
+        self.on_request: Callable[[GPUBindRequest, bool], None] | None = None
         # The order mix placement weighs free GPUs by: every order's demand, kept as VMs
         # (and standalone VMIs) come, change and go (see placement.mix).
         self.mix = Mix()
@@ -135,6 +145,8 @@ class World(Orders):
                 self.pending_requests.add(key)
             else:
                 self.pending_requests.discard(key)
+            if self.on_request is not None:
+                self.on_request(obj, deleted)
         elif isinstance(obj, GPUUsageRecord):
             # Only open records are cached (SELECTORS): a closed one, by an event or by the
             # response of the write that closed it, leaves the cache.
@@ -194,6 +206,8 @@ class World(Orders):
 
     def _apply_vmi(self, vmi: VirtualMachineInstance, deleted: bool) -> None:
         old = self.vmis.get(vmi.key)
+        if old is not None and old.live:
+            self._observe_end(old, vmi, deleted)
         if old is not None:
             discard_from(self.vmis_by_order, vm_key_of_vmi(old), old.key)
         _put(self.vmis, vmi.key, vmi, deleted)
@@ -219,6 +233,25 @@ class World(Orders):
         self.devices.touch_key(vm_key_of_vmi(vmi))
         if vmi.vm_name is None or (old is not None and old.vm_name is None):
             self._order_changed(vm_key_of_vmi(vmi))
+
+    def _observe_end(
+        self, old: VirtualMachineInstance, new: VirtualMachineInstance, deleted: bool
+    ) -> None:
+        """Remember when this world last held a live VMI live: when the version ending it
+        (Succeeded/Failed, deleted, or another uid under its name) arrives.
+
+        Its status is its tenant's to write (VMIs have no status subresource): Succeeded
+        with a finish an hour back must not end its billing an hour back (issue 11, attack
+        4). This bound is late by the watch's delivery (milliseconds; after a broken
+        watch, by how long this binder could not see the VMI). A VMI first seen ended has
+        none: the binder never saw it run. Standby replicas watch too, so a new leader
+        keeps what it saw as a standby."""
+        if self.clock is None:
+            return
+        if deleted or not new.live or new.metadata.uid != old.metadata.uid:
+            self.seen_running[old.metadata.uid] = self.clock()
+            if len(self.seen_running) > ENDED_VMIS_KEPT:
+                del self.seen_running[next(iter(self.seen_running))]
 
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.nodes.get(node.name)
@@ -298,13 +331,20 @@ class World(Orders):
 
     def vmi_ended_at(self, key: str, uid: str) -> datetime | None:
         """When the VMI with this key and uid ended, if known: its finish time, remembered
-        for a while after the VMI is gone. None when it did not say (it went without
-        finishing, or was gone before the binder saw it): the caller's now is the best
-        known, since a VMI runs on after its deletion began until it is gone."""
+        for a while after the VMI is gone, but never before this binder last saw it live
+        (seen_running: the finish is in its status, which its tenant can write). None when
+        it did not say (it went without finishing, or was gone before the binder saw it):
+        the caller's now is the best known, since a VMI runs on after its deletion began
+        until it is gone."""
         vmi = self.vmis.get(key)
         if vmi is not None and vmi.metadata.uid == uid:
-            return vmi.finished_at
-        return self.ended_vmis.get(uid)
+            reported = vmi.finished_at
+        else:
+            reported = self.ended_vmis.get(uid)
+        seen = self.seen_running.get(uid)
+        if reported is None or seen is None:
+            return reported
+        return max(reported, seen)
 
     def node_usable(self, name: str) -> bool:
         """A node new sets may go to: present, Ready, not cordoned."""

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -111,7 +112,16 @@ def vmi(
 
 def webhook_configuration(base_url: str, ca_pem: bytes) -> dict[str, Any]:
     """deploy/binder/webhook.yaml, each webhook calling its own path under base_url (a
-    server outside the cluster, https://host:port) with this CA."""
+    server outside the cluster, https://host:port) with this CA.
+
+    A base_url with a path is refused: each webhook's path is appended to it, and a base of
+    https://host:port/mutate called /mutate/mutate, which the server answers 404, so the
+    API server refused every GPU VMI ("could not find the requested resource")."""
+    if urlsplit(base_url).path.strip("/"):
+        raise ValueError(
+            f"webhook base URL {base_url!r} has a path: give https://host:port, each "
+            "webhook's own path (/mutate, /mutate-pods) is appended to it"
+        )
     config: dict[str, Any] = yaml.safe_load((DEPLOY / "binder" / "webhook.yaml").read_text())
     ca = base64.b64encode(ca_pem).decode()
     for hook in config["webhooks"]:

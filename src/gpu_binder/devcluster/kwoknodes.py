@@ -18,12 +18,21 @@ from gpu_binder.devcluster import fleet
 from gpu_binder.envtest.kwok import kwok_node
 from gpu_binder.kube.client import KubeClient
 from gpu_binder.sim import builders
+from gpu_binder.sim.launcher import VIRTUALIZATION_DEVICES
 
 # KubeVirt's launcher pods select nodes virt-handler has labelled schedulable.
 SCHEDULABLE = "kubevirt.io/schedulable"
 MERGE_PATCH = "application/merge-patch+json"
-# What a KWOK node offers besides its GPUs: enough for any launcher pod's requests.
-NODE_RESOURCES = {"cpu": "128", "memory": "1Ti", "pods": "250"}
+# What a KWOK node offers besides its GPUs: enough for any launcher pod's requests, and
+# the devices virt-handler's own plugins serve on every KubeVirt node, 1000 units each
+# (`pkg/virt-handler/device-manager/device_controller.go` `PermanentHostDevicePlugins`,
+# `cmd/virt-handler/virt-handler.go` maxDevices), which every launcher pod asks one of.
+NODE_RESOURCES = {
+    "cpu": "128",
+    "memory": "1Ti",
+    "pods": "250",
+    **dict.fromkeys(VIRTUALIZATION_DEVICES, "1k"),
+}
 
 
 def slot_allocatable(gpus: int, device_id: str) -> dict[str, str]:

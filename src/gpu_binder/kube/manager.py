@@ -13,7 +13,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from gpu_binder.kube.queue import WorkQueue
 from gpu_binder.kube.serving import Limits
 from gpu_binder.kube.webhookserver import CertificateFiles, WebhookServer
 from gpu_binder.webhook import Admitter
+from gpu_binder.webhook.answers import Answers
 from gpu_binder.webhook.pods import PodPinner
 
 log = logging.getLogger(__name__)
@@ -89,13 +90,16 @@ class Manager:
         self.config = config or Config()
         self.options = options or Options()
         self.clock = clock
-        self.world = World()
+        # Its times are the binder's own observations (World.seen_running).
+        self.world = World(clock=clock or (lambda: datetime.now(UTC)))
         self.metrics = Metrics()
         self.run_metrics = RunMetrics(self.metrics.registry)
         self.queue = WorkQueue(first=[REQUESTS_KEY])
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)
-        self.admitter = Admitter(self.world, client, self.config)
+        self.answers = Answers()
+        self.world.on_request = self.answers.seen
+        self.admitter = Admitter(self.world, client, self.config, answers=self.answers)
         self.pods = PodPinner(self.world, self.config, client=client)
         self.elector = LeaderElector(
             client,

@@ -26,7 +26,6 @@ from gpu_binder.api.types import (
     RequestPhase,
     VMRef,
 )
-from gpu_binder.binder.world import World
 from gpu_binder.client.errors import AlreadyExists, Gone, NotFound
 from gpu_binder.client.interface import Client, WatchEvent
 from gpu_binder.webhook.target import VM_KIND, Target
@@ -146,20 +145,20 @@ async def forget(client: Client, created: GPUBindRequest) -> None:
         )
 
 
-async def answered_devices(
-    world: World, client: Client, answered: GPUBindRequest
-) -> dict[str, GPUDevice]:
-    """The answered devices: from the world, else past it (a replica's cache may lag)."""
-    out: dict[str, GPUDevice] = {}
-    for name in answered.status.devices:
-        d = world.devices.get(name)
-        if d is None or not d.status.class_name:
-            try:
-                d = await client.get(GPUDevice, name)
-            except NotFound:
-                continue
-        out[name] = d
-    return out
+async def answered_devices(client: Client, answered: GPUBindRequest) -> dict[str, GPUDevice]:
+    """The answered devices as the API server holds them. The binder writes its answer
+    after the devices, so a read now sees them bound; the world may not: another
+    replica's watch lags, and the leader's own world holds what its pass staged since."""
+
+    async def read(name: str) -> GPUDevice | None:
+        try:
+            return await client.get(GPUDevice, name)
+        except NotFound:
+            return None
+
+    names = answered.status.devices
+    read_all = await asyncio.gather(*(read(n) for n in names))
+    return {n: d for n, d in zip(names, read_all, strict=True) if d is not None}
 
 
 def _answered(event: WatchEvent[Any], name: str) -> GPUBindRequest | Literal["deleted"] | None:

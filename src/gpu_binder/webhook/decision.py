@@ -26,6 +26,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 from gpu_binder.api.types import (
@@ -37,13 +38,16 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
+from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.plan import Plan
 from gpu_binder.binder.steps.moves import move_reason
 from gpu_binder.binder.steps.status import reported_degraded
 from gpu_binder.binder.world import World
+from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest
+from gpu_binder.webhook.answers import Answers
 from gpu_binder.webhook.messages import (
     dry_run_warning,
     named_like_a_vm,
@@ -87,6 +91,20 @@ class NeedsRequest:
     request: GPUBindRequest
 
 
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """The set is complete in this replica's world: pin the VMI to it (`response`), once
+    the API server is seen to hold those devices bound to the VM; else `fallback`, the
+    request's way (module docstring)."""
+
+    response: dict[str, Any]
+    pinning: Pinning
+    target: Target
+    # Made only when needed: a request's name draws from the rng, which in the embedded
+    # cluster must draw as often as before.
+    fallback: Callable[[], Respond | NeedsRequest]
+
+
 Decision = Respond | NeedsRequest
 
 
@@ -101,9 +119,13 @@ class Admitter:
         clock: Callable[[], datetime] | None = None,
         *,
         rng: random.Random | None = None,
+        answers: Answers | None = None,
     ) -> None:
         self.world = world
         self.client = client
+        # The answers this process's world receives (webhook.answers); None: each
+        # admission watches its own request (a world fed by no watch of requests).
+        self.answers = answers
         self.config = config or Config()
         # Only measures how long an admission waited, in the log; waiting uses the loop.
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -123,10 +145,14 @@ class Admitter:
         """
         request = parse_review(review)
         try:
-            decision = self._decide(request)
-            if isinstance(decision, Respond):
-                return decision.response
-            return await self._ask(request, decision.request)
+            decided = self._decide(request)
+            if isinstance(decided, Pinned):
+                if await self._written(decided):
+                    return decided.response
+                decided = decided.fallback()
+            if isinstance(decided, Respond):
+                return decided.response
+            return await self._ask(request, decided.request)
         except Exception as e:
             return self._failed(request, e)
 
@@ -140,9 +166,11 @@ class Admitter:
         """
         request = review if isinstance(review, AdmissionRequest) else parse_review(review)
         try:
-            return self._decide(request)
+            decided = self._decide(request)
         except Exception as e:
             return Respond(self._failed(request, e))
+        # The embedded cluster's world holds only what was written: pinned as it says.
+        return Respond(decided.response) if isinstance(decided, Pinned) else decided
 
     def answer(
         self,
@@ -162,7 +190,7 @@ class Admitter:
 
     # --- deciding --------------------------------------------------------------------
 
-    def _decide(self, request: AdmissionRequest) -> Decision:
+    def _decide(self, request: AdmissionRequest) -> Decision | Pinned:
         uid, vmi = request.uid, request.object
         if request.operation != "CREATE" or request.kind != VMI_KIND or vmi is None:
             return Respond(allowed(uid))
@@ -213,7 +241,25 @@ class Admitter:
             # it first. Disabled, it moves nothing, and the VMI starts once the node can.
             move = self._move_reason(target, outcome.node, have) if self.config.enabled else ""
             if not move:
-                return Respond(allowed(uid, pin_patch(vmi, outcome)))
+                response = allowed(uid, pin_patch(vmi, outcome))
+                if request.dry_run:
+                    return Respond(response)  # nothing is created: the cache's word will do
+                fallback = partial(self._ask_binder, request, target, order, have, alternatives, "")
+                return Pinned(response, outcome, target, fallback)
+        return self._ask_binder(request, target, order, have, alternatives, move)
+
+    def _ask_binder(
+        self,
+        request: AdmissionRequest,
+        target: Target,
+        order: Order,
+        have: list[GPUDevice],
+        alternatives: tuple[str, ...],
+        move: str,
+    ) -> Decision:
+        """The bind request for what the VMI needs of its set (or the warning of a dry run,
+        or the refusal of a disabled binder, which binds nothing)."""
+        uid = request.uid
         wanted = counts(order, have)
         if request.dry_run:
             # A dry run may create nothing, so it cannot ask the binder (module docstring).
@@ -302,6 +348,15 @@ class Admitter:
         order: Order = order_of(gpu_entries(vmi), self.world.class_by_resource)
         target = target_of(request)
         if not isinstance(target, str):
+            gone = [d.metadata.name for d in answered if not _bound_to(target, d)]
+            if gone:
+                # Released or moved since the answer (the VM deleted, a move): pinned to
+                # them, the VMI would hold another VM's GPUs.
+                return self._deny(
+                    request,
+                    f"GPU {gone[0]} that gpu-binder answered with is no longer bound to "
+                    f"{target.key}; KubeVirt will retry",
+                )
             order = with_alternatives(order, self._alternatives(target, vmi), answered)
         foreign = foreign_slots(order, answered)
         if foreign:
@@ -322,6 +377,40 @@ class Admitter:
             )
         return allowed(request.uid, pin_patch(vmi, outcome))
 
+    # --- reading past the cache -----------------------------------------------------
+
+    async def _written(self, pinned: Pinned) -> bool:
+        """Whether the API server holds the pinned devices as the world does: bound to the
+        VM, on the node, at the slots the patch names, not Lost.
+
+        The world may be ahead of the API server (the leader's staged decisions, written
+        one by one, of which a 409 un-stages the rest) or behind it (another replica's
+        watch, not yet showing a move): pinned from either, the VMI would hold slots its
+        VM does not, which the binder gives to another VM. Read past it, the set is as
+        durable as the pod webhook's pin; a set that differs goes the request's way, and
+        the binder answers only after its own device writes.
+        """
+        names = pinned.pinning.devices
+        fresh = await asyncio.gather(*(self._read_device(n) for n in names))
+        for name, d in zip(names, fresh, strict=True):
+            cached = self.world.devices.get(name)
+            if (
+                d is None
+                or cached is None
+                or not _bound_to(pinned.target, d)
+                or d.status.phase == Phase.LOST
+                or d.spec.node_name != pinned.pinning.node
+                or slot_resource(d) != slot_resource(cached)
+            ):
+                return False
+        return True
+
+    async def _read_device(self, name: str) -> GPUDevice | None:
+        try:
+            return await self.client.get(GPUDevice, name)
+        except NotFound:
+            return None
+
     # --- asking the binder -----------------------------------------------------------
 
     async def _ask(self, request: AdmissionRequest, bind_request: GPUBindRequest) -> dict[str, Any]:
@@ -331,11 +420,14 @@ class Admitter:
         try:
             async with asyncio.timeout(self.config.bind_timeout.total_seconds()):
                 created = await bindrequest.create(self.client, bind_request, self.rng)
-                outcome = (
-                    created
-                    if created.status.phase != RequestPhase.PENDING
-                    else await bindrequest.wait_for_answer(self.client, created)
-                )
+                if created.status.phase != RequestPhase.PENDING:
+                    outcome = created
+                elif self.answers is not None:
+                    meta = created.metadata
+                    current = self.world.requests.get(f"{meta.namespace}/{meta.name}")
+                    outcome = await self.answers.wait(created, current)
+                else:
+                    outcome = await bindrequest.wait_for_answer(self.client, created)
         except TimeoutError:
             outcome = "timeout"
         finally:
@@ -357,7 +449,7 @@ class Admitter:
             )
         if isinstance(outcome, str):
             return self._deny(request, timeout_message(self.config))
-        devices = await bindrequest.answered_devices(self.world, self.client, outcome)
+        devices = await bindrequest.answered_devices(self.client, outcome)
         return self._answer(request, outcome, devices)
 
     def _forget_later(self, created: GPUBindRequest) -> None:
@@ -385,3 +477,9 @@ class Admitter:
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
+
+
+def _bound_to(target: Target, d: GPUDevice) -> bool:
+    """Whether d is bound to the order the VMI runs for (by key, and uid where known)."""
+    b = d.status.binding
+    return b is not None and b.vm.key == target.key and target.bound_to_it(b.vm.uid)

@@ -42,11 +42,55 @@ def target_of(request: AdmissionRequest) -> Target | str:
         return "a VMI with GPUs needs metadata.name: generateName is not supported"
     if not request.namespace:
         return "a VMI with GPUs needs a namespace"
+    malformed = malformed_owners(meta.get("ownerReferences"))
+    if malformed:
+        return malformed
     owner = vm_owner(meta.get("ownerReferences"))
     if owner is None:
         return Target(request.namespace, vmi_name, "", vmi_name, owned=False)
     name, uid = owner
     return Target(request.namespace, name, uid, vmi_name, owned=True)
+
+
+def malformed_owners(refs: object) -> str:
+    """Why the API server will refuse these ownerReferences, or "".
+
+    Mutating webhooks run before the API server validates the object, so a VMI it then
+    refuses (422) would leave the set bound for it to an order that never appears (issue
+    11, attack 2). The checks are the API server's own, apimachinery's
+    pkg/api/validation/objectmeta.go ValidateOwnerReferences: apiVersion, kind, name and
+    uid present, and at most one controller.
+    """
+    if refs is None:
+        return ""
+    if not isinstance(refs, list):
+        return "metadata.ownerReferences must be a list"
+    controllers: list[str] = []
+    for i, ref in enumerate(refs):
+        at = f"metadata.ownerReferences[{i}]"
+        if not isinstance(ref, dict):
+            return f"{at} must be an object"
+        version = str(ref.get("apiVersion") or "").rpartition("/")[2]
+        for field, value in (
+            ("apiVersion", version),
+            ("kind", ref.get("kind")),
+            ("name", ref.get("name")),
+            ("uid", ref.get("uid")),
+        ):
+            if not isinstance(value, str) or not value:
+                return (
+                    f"{at}.{field} must not be empty: the API server refuses the VMI after "
+                    "admission, so gpu-binder binds no GPUs for it"
+                )
+        if ref.get("controller") is True:
+            controllers.append(f"{ref['kind']}/{ref['name']}")
+    if len(controllers) > 1:
+        return (
+            "only one ownerReference may have controller: true, found "
+            f"{' and '.join(controllers)}: the API server refuses the VMI after admission, so "
+            "gpu-binder binds no GPUs for it"
+        )
+    return ""
 
 
 def vm_owner(refs: object) -> tuple[str, str] | None:

@@ -78,7 +78,10 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
         return _reply(ctx, req, "", (), f"unknown GPU class {', '.join(unknown)}")
     if vm is not None and req.spec.vm.uid and vm.metadata.uid != req.spec.vm.uid:
         return _reply(ctx, req, "", (), f"VM {req.spec.vm.name} was replaced by a newer one")
-    live = [v for v in world.live_vmis(key) if v.metadata.name != req.spec.vmi.name]
+    # Every live VMI of the order holds its set, the one this request was made for too: a
+    # VMI of that name live already was admitted on a retry after this request's webhook
+    # gave up (or its create will fail on the name), pinned to the set as it is.
+    live = world.live_vmis(key)
     devs = world.devices.set_of(key)
     if devs and not live:
         # A set on a node the VMI cannot start on (cordoned, not Ready, ...) moves first:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from gpu_binder.api.types import BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
+from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import set_node
 
@@ -20,7 +23,14 @@ def order_exists(ctx: Context, key: str) -> bool:
 def sets(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.verdicts("sets")
-    for key in ctx.scope.set_keys(world, clean):
+    keys = ctx.scope.set_keys(world, clean)
+    # Sets whose wait for their request's VMI ended: decided now, by no event (_await_vmi).
+    arrivals = ctx.memory.vmi_arrivals
+    due = arrivals.due(ctx.now)
+    for key in due:
+        arrivals.discard(key)
+    keys += sorted(k for k in set(due) - set(keys) if k in world.devices.by_vm)
+    for key in keys:
         signature = (world.devices.key_gen.get(key), world.class_gen)
         if clean.get(key) == signature:
             continue
@@ -31,17 +41,54 @@ def sets(ctx: Context) -> None:
         ctx.settle("sets", key, signature, mark)
 
 
-def awaiting_vmi(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:
-    """A standalone VMI's set bound by a request within attachmentGrace: the webhook has
-    its answer and the VMI is on its way to the API server, which no event announces."""
-    if key in ctx.world.vms:
-        return False
-    grace = ctx.config.attachment_grace
-    return any(
-        b.reason == BindReason.REQUEST and ctx.now - b.bound_at < grace
-        for d in devs
-        if (b := d.status.binding) is not None
+def vmi_arrival(config: Config) -> timedelta:
+    """How long after the binder answered a bind request the set it bound waits for the
+    request's VMI, whatever its order says meanwhile.
+
+    The webhook creates the request as the VMI's admission begins and waits for the answer
+    for at most bindTimeout; the API server gives that webhook call its timeoutSeconds,
+    which must exceed bindTimeout (deploy/binder/webhook.yaml). After the webhook's reply
+    the rest of the admission (other mutating webhooks, the API server's validation,
+    validating webhooks and policies, the write to etcd) takes milliseconds, so a VMI that
+    is not in the binder's watch one more bindTimeout after the answer was refused: by the
+    API server (a 422, e.g. an invalid label), another webhook, or a client that gave up.
+    Its set is then a ghost that keeps other tenants off the node, and goes.
+
+    attachmentGrace is the wrong bound: it is how long an unmanaged VMI may run before
+    its GPUs are adopted, minutes at scale, and a ghost does not run. A VMI that arrives
+    after its set went (an admission slower than this) holds no device: its launcher pod
+    names slots that are not its set's, the pod webhook refuses it, and KubeVirt starts it
+    again through a new admission, which asks again.
+    """
+    return 2 * config.bind_timeout
+
+
+def awaiting_vmi(ctx: Context, devs: list[GPUDevice]) -> datetime | None:
+    """When the wait of a set bound by a request for its VMI ends (vmi_arrival after the
+    answer), None when it is over: the webhook has its answer and the VMI is on its way to
+    the API server, which no event announces. Until it arrives, what the set is for is the
+    request's order, which is the VMI's spec (binder.vmiorder), not its VM's template: a
+    VMI may order GPUs its VM does not (one owned by a VM but not created by it), and the
+    set it was admitted with must not go before it runs (issue 11, attack 1)."""
+    arrival = vmi_arrival(ctx.config)
+    end = max(
+        (
+            b.bound_at + arrival
+            for d in devs
+            if (b := d.status.binding) is not None and b.reason == BindReason.REQUEST
+        ),
+        default=None,
     )
+    return end if end is not None and end > ctx.now else None
+
+
+def _await_vmi(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:
+    """Hold the set while awaiting_vmi, with a pass due when the wait ends."""
+    end = awaiting_vmi(ctx, devs)
+    if end is None:
+        return False
+    ctx.memory.vmi_arrivals.set(key, end)
+    return True
 
 
 def _normalize(ctx: Context, key: str) -> bool:
@@ -51,7 +98,7 @@ def _normalize(ctx: Context, key: str) -> bool:
     if not devs:
         return False
     if not order_exists(ctx, key):
-        if awaiting_vmi(ctx, key, devs):
+        if _await_vmi(ctx, key, devs):
             return True
         for d in devs:
             if d.status.attachment is None:
@@ -72,6 +119,8 @@ def _normalize(ctx: Context, key: str) -> bool:
     # While a VMI of the order lives, the set is what it runs with plus what the VM holds
     # for its next start: an edit of the template takes effect then, not under the guest.
     live = bool(world.live_vmis(key))
+    if not live and _await_vmi(ctx, key, mine):
+        return True
     kept: dict[str, int] = {}
     # Devices in use first, then healthy ones, then the longest held.
     for d in sorted(mine, key=_keep_rank):

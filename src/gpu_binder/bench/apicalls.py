@@ -1,0 +1,60 @@
+"""The API server's own account of the requests it served, by verb and resource: how many
+(`apiserver_request_total`) and how long they took it (`apiserver_request_duration_seconds`,
+admission webhooks and priority-and-fairness queueing included): what one start costs the
+API server, with gpu-binder in the path and without."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from gpu_binder.envtest import ControlPlane
+
+_SAMPLE = re.compile(r"^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+-]+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+COUNT = "apiserver_request_total"
+SECONDS = "apiserver_request_duration_seconds_sum"
+
+
+@dataclass
+class Served:
+    """Requests served so far and the seconds they took, keyed "VERB resource[/sub]"."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+async def served(cp: ControlPlane) -> Served:
+    resp = await asyncio.to_thread(cp.request, "GET", "/metrics")
+    out = Served()
+    for line in resp.body.decode().splitlines():
+        m = _SAMPLE.match(line)
+        if m is None or m["name"] not in (COUNT, SECONDS):
+            continue
+        labels = dict(_LABEL.findall(m["labels"]))
+        if labels.get("verb") in ("WATCH", "CONNECT"):
+            continue  # long-running: counted when they end
+        key = f"{labels.get('verb', '')} {labels.get('resource', '')}"
+        if labels.get("subresource"):
+            key += "/" + labels["subresource"]
+        if m["name"] == COUNT:
+            out.requests[key] += int(float(m["value"]))
+        else:
+            out.seconds[key] += float(m["value"])
+    return out
+
+
+def per_start(before: Served, after: Served, starts: int, top: int = 12) -> dict[str, object]:
+    """Between two accounts, per start: the `top` most served requests with the mean time
+    each took the API server (ms), and the total."""
+    requests = after.requests - before.requests
+    out: dict[str, object] = {}
+    for key, n in requests.most_common(top):
+        out[key] = {
+            "n": round(n / max(1, starts), 1),
+            "ms": round((after.seconds[key] - before.seconds[key]) / n * 1e3, 1),
+        }
+    out["total"] = round(sum(requests.values()) / max(1, starts), 1)
+    return out

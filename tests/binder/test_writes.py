@@ -1,0 +1,96 @@
+"""How a step's writes are made: together, up to a bound, wave by wave; a conflict starts
+no more of them and un-stages every one not made."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gpu_binder.api.types import GPUBindRequest, GPUDevice, RequestPhase
+from gpu_binder.binder.reconciler import WRITES_IN_FLIGHT
+
+from .cluster import NAMESPACE, Cluster
+
+
+class Recorded:
+    """The binder's client: each status write takes a moment, and is logged in order."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.in_flight = 0
+        self.most = 0
+        self.made: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def update_status(self, obj: Any) -> Any:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(0.001)
+            written = await self.client.update_status(obj)
+            self.made.append(f"{type(obj).__name__}/{obj.metadata.name}")
+            return written
+        finally:
+            self.in_flight -= 1
+
+
+def record_writes(cluster: Cluster) -> Recorded:
+    recorded = Recorded(cluster.binder.client)
+    cluster.binder.client = recorded
+    return recorded
+
+
+async def test_a_steps_writes_are_made_together_up_to_a_bound(cluster: Cluster) -> None:
+    for n in range(6):
+        cluster.node(f"node-{n}", 8)
+    await cluster.settle()
+    for n in range(20):
+        cluster.vm(f"vm-{n}", 2)
+    recorded = record_writes(cluster)
+    await cluster.run()
+    assert sum(w.startswith("GPUDevice/") for w in recorded.made) == 40
+    assert recorded.most == WRITES_IN_FLIGHT
+
+
+async def test_a_requests_answer_is_written_after_its_devices(cluster: Cluster) -> None:
+    cluster.node("node-a", 8)
+    await cluster.settle()
+    for n in range(4):
+        cluster.vm(f"vm-{n}", 2)
+        cluster.request(f"vm-{n}", 2)
+    recorded = record_writes(cluster)
+    await cluster.answer_requests()
+    answers = [i for i, w in enumerate(recorded.made) if w.startswith("GPUBindRequest/")]
+    binds = [i for i, w in enumerate(recorded.made) if w.startswith("GPUDevice/")]
+    assert len(answers) == 4 and len(binds) == 8
+    assert max(binds) < min(answers)
+
+
+async def test_a_conflict_starts_no_more_writes_and_unstages_those_not_made(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a", 8)
+    cluster.node("node-b", 8)
+    await cluster.settle()
+    for n in range(8):
+        cluster.vm(f"vm-{n}", 2)
+        cluster.request(f"vm-{n}", 2)
+    # A concurrent writer wins the race for one device the answers take.
+    loser = sorted(d.metadata.name for d in cluster.client.objects(GPUDevice))[3]
+    cluster.client.conflict_next_write(GPUDevice, loser)
+    result = await cluster.answer_requests()
+    assert result.aborted and result.conflicts == 1
+    # Only what was written is in the world: no answer, and no device bound that the API
+    # server does not hold bound.
+    for d in cluster.client.objects(GPUDevice):
+        assert cluster.world.devices.by_name[d.metadata.name].status == d.status
+    assert all(
+        r.status.phase == RequestPhase.PENDING
+        for r in cluster.client.objects(GPUBindRequest)
+        if r.metadata.namespace == NAMESPACE
+    )
+    # The next pass answers them all.
+    await cluster.answer_requests()
+    assert all(r.status.phase == RequestPhase.BOUND for r in cluster.client.objects(GPUBindRequest))
