@@ -157,9 +157,12 @@ GPU_BIND_REQUEST: dict[str, Any] = {
 GPU_USAGE_RECORD: dict[str, Any] = {
     "apiVersion": API_VERSION,
     "kind": "GPUUsageRecord",
-    "metadata": meta("uid-vmi1-node-a-0000-3b-00-0", "tenant"),
+    "metadata": meta("uid-vmi1-node-a-0000-3b-00-0", "gpu-binder-ledger"),
     "spec": {
+        "kind": "Attached",
+        "namespace": "tenant",
         "vm": "vm1",
+        "vmUid": "uid-vm1",
         "vmi": {"name": "vm1", "uid": "uid-vmi1"},
         "device": "node-a-0000-3b-00-0",
         "className": "h100",

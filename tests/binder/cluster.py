@@ -30,6 +30,7 @@ from gpu_binder.api.types import (
     Health,
     NameRef,
     Phase,
+    RecordKind,
     VMRef,
     device_name,
 )
@@ -47,6 +48,8 @@ from gpu_binder.sim.selectors import selector_matches
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMESPACE = "tenant"
+# Where the usage records live (binder.ledger).
+LEDGER = Config().ledger_namespace
 H100 = "h100"
 H100_RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
 H100_DEVICE_ID = "0x2330"
@@ -590,8 +593,28 @@ class Cluster:
         assert cls is not None
         return cls.status
 
+    def ledger(self) -> list[GPUUsageRecord]:
+        """Every record of the ledger (in its namespace; the tenants' copies left out)."""
+        book = self.config.ledger_namespace
+        return sorted(
+            (r for r in self.client.objects(GPUUsageRecord) if r.metadata.namespace == book),
+            key=lambda r: r.metadata.name,
+        )
+
     def records(self) -> list[GPUUsageRecord]:
-        return sorted(self.client.objects(GPUUsageRecord), key=lambda r: r.metadata.name)
+        """The ledger's Attached records: GPU use by VMIs."""
+        return [r for r in self.ledger() if r.spec.kind == RecordKind.ATTACHED]
+
+    def reserved(self) -> list[GPUUsageRecord]:
+        """The ledger's Reserved records: GPUs bound with no VMI on them."""
+        return [r for r in self.ledger() if r.spec.kind == RecordKind.RESERVED]
+
+    def copies(self, namespace: str = NAMESPACE) -> list[GPUUsageRecord]:
+        """The tenant's copies of its records, in its namespace."""
+        return sorted(
+            (r for r in self.client.objects(GPUUsageRecord) if r.metadata.namespace == namespace),
+            key=lambda r: r.metadata.name,
+        )
 
     @property
     def events(self) -> list[Note]:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
-from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase, RequestPhase
+from gpu_binder.api.types import GPUDevice, Phase, RequestPhase
 from gpu_binder.binder.deviceindex import is_free
 
 from .cluster import NAMESPACE, T0, Cluster, check_invariants
@@ -175,21 +175,43 @@ class Observer:
 
 def ledger(cluster: Cluster) -> list[str]:
     """Invariant 6: every live attachment has exactly one open usage record, and every open
-    record is a live attachment."""
+    record is a live attachment; every device bound with no attachment has exactly one
+    open Reserved record, and every open Reserved record is such a device; the tenant's
+    copies say what the ledger says."""
     out: list[str] = []
     vmis = {v.key: v for v in cluster.client.objects(VirtualMachineInstance)}
-    records = cluster.client.objects(GPUUsageRecord)
-    open_records = {(r.spec.vmi.uid, r.spec.device) for r in records if r.spec.end is None}
+    records = cluster.records()
+    open_records = {
+        (r.spec.vmi.uid, r.spec.device) for r in records if r.spec.end is None and r.spec.vmi
+    }
     live: set[tuple[str, str]] = set()
+    reserved: set[tuple[str, str]] = set()
     for d in cluster.client.objects(GPUDevice):
-        att = d.status.attachment
+        att, b = d.status.attachment, d.status.binding
         vmi = vmis.get(att.vmi.key) if att is not None else None
         if att is not None and vmi is not None and vmi.live and vmi.metadata.uid == att.vmi.uid:
             live.add((att.vmi.uid, d.metadata.name))
+        if att is None and b is not None:
+            reserved.add((b.vm.key, d.metadata.name))
     out += [f"attachment {a} has no open record" for a in sorted(live - open_records)]
     out += [f"record {r} is open with no attachment" for r in sorted(open_records - live)]
     devices = [r.spec.device for r in records if r.spec.end is None]
     out += [f"{d} has two open records" for d in sorted(set(devices)) if devices.count(d) > 1]
+    held = [
+        (f"{r.spec.namespace}/{r.spec.vm}", r.spec.device)
+        for r in cluster.reserved()
+        if r.spec.end is None
+    ]
+    out += [f"reservation {r} has no open Reserved record" for r in sorted(reserved - set(held))]
+    out += [
+        f"Reserved record {r} is open with no reservation" for r in sorted(set(held) - reserved)
+    ]
+    out += [f"{r} has two open Reserved records" for r in sorted(set(held)) if held.count(r) > 1]
+    copies = {r.metadata.name: r for r in cluster.copies()}
+    for r in cluster.ledger():
+        c = copies.get(r.metadata.name)
+        if c is None or c.spec != r.spec:
+            out.append(f"the tenant's copy of {r.metadata.name} says {c and c.spec} not {r.spec}")
     return out
 
 

@@ -16,12 +16,18 @@ from gpu_binder.api.types import (
     RECORD_STATE_LABEL,
     USAGE_FINALIZER,
     GPUUsageRecord,
+    RecordKind,
     usage_record_name,
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.client.interface import WatchEvent
 
-from .cluster import NAMESPACE, Cluster
+from .cluster import LEDGER, NAMESPACE, Cluster
+
+
+def attached_in_cache(cluster: Cluster) -> list[GPUUsageRecord]:
+    """The Attached records the binder's cache holds."""
+    return [r for r in cluster.world.records.values() if r.spec.kind == RecordKind.ATTACHED]
 
 
 async def running(cluster: Cluster, gpus: int = 2) -> list[str]:
@@ -39,7 +45,7 @@ async def test_an_attachment_opens_one_record_per_device(cluster: Cluster) -> No
     records = cluster.records()
     assert sorted(r.spec.device for r in records) == devices
     for r in records:
-        assert r.metadata.namespace == NAMESPACE
+        assert (r.metadata.namespace, r.spec.namespace) == (LEDGER, NAMESPACE)
         assert r.metadata.name == usage_record_name(vmi.metadata.uid, r.spec.device)
         assert (r.spec.vm, r.spec.vmi.name, r.spec.vmi.uid) == ("vm", "vm", vmi.metadata.uid)
         assert (r.spec.class_name, r.spec.node_name) == ("h100", "node-a")
@@ -161,12 +167,12 @@ def relabelled(r: GPUUsageRecord, **update: object) -> GPUUsageRecord:
 async def test_a_closed_record_leaves_the_binders_cache(cluster: Cluster) -> None:
     await running(cluster)
     assert [state(r) for r in cluster.records()] == [RECORD_OPEN, RECORD_OPEN]
-    assert len(cluster.world.records) == 2
+    assert len(attached_in_cache(cluster)) == 2
     cluster.finish("vm")
     await cluster.settle()
     assert [state(r) for r in cluster.records()] == [RECORD_CLOSED, RECORD_CLOSED]
     assert all(r.spec.end is not None for r in cluster.records())
-    assert cluster.world.records == {} and not cluster.world.open_records
+    assert attached_in_cache(cluster) == [] and not cluster.world.open_attached
 
 
 async def test_a_new_leaders_relist_holds_only_open_records(cluster: Cluster) -> None:
@@ -179,7 +185,7 @@ async def test_a_new_leaders_relist_holds_only_open_records(cluster: Cluster) ->
     await cluster.settle()
     cluster.restart()
     await cluster.settle()
-    held = [r.spec.vm for r in cluster.world.records.values()]
+    held = [r.spec.vm for r in attached_in_cache(cluster)]
     assert held == ["other"] and len(cluster.records()) == 2
 
 
@@ -216,7 +222,13 @@ async def test_an_unlabelled_open_record_from_before_the_label_is_still_closed(
 ) -> None:
     await running(cluster, gpus=1)
     (record,) = cluster.records()
-    cluster.client.put(relabelled(record))  # as a binder before the label wrote it
+    # As a binder before the label (and before the ledger) wrote it: in the tenant's
+    # namespace, unlabelled.
+    await cluster.client.delete(GPUUsageRecord, record.metadata.name, LEDGER)
+    await cluster.client.delete(GPUUsageRecord, record.metadata.name, NAMESPACE)
+    legacy = relabelled(record, namespace="")
+    meta = legacy.metadata.model_copy(update={"namespace": NAMESPACE, "labels": {}})
+    cluster.client.put(legacy.model_copy(update={"metadata": meta}))
     cluster.restart()  # the upgraded binder
     await cluster.settle()
     finished = cluster.clock.advance(hours=1)
@@ -256,7 +268,8 @@ async def test_the_usage_finalizer_goes_once_the_records_are_closed_and_then_the
     seen: list[str] = []
 
     def follow(kind: type, e: WatchEvent[Any]) -> None:
-        if kind is GPUUsageRecord and e.object.spec.end is not None:
+        r = e.object
+        if kind is GPUUsageRecord and r.spec.end is not None and r.metadata.namespace == LEDGER:
             seen.append("record closed")
         elif kind is VirtualMachineInstance and e.type == "DELETED":
             seen.append("VMI gone")

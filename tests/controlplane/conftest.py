@@ -107,6 +107,7 @@ def binder_setup(
 
     cp = control_plane
     cp.install_crds([DEPLOY / "crds", DEPLOY / "kubevirt" / "crds.yaml"])
+    install(cp, DEPLOY / "ledger" / "ledger.yaml")
     install(cp, DEPLOY / "binder" / "rbac.yaml")
     # Every binder of the session writes under the policy narrowing its writes.
     install(cp, DEPLOY / "binder" / "own-writes-policy.yaml")

@@ -38,6 +38,7 @@ PATHS = {
     "Namespace": "/api/v1/namespaces",
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Service": "/api/v1/namespaces/{ns}/services",
+    "ResourceQuota": "/api/v1/namespaces/{ns}/resourcequotas",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",

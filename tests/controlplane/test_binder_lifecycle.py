@@ -13,12 +13,15 @@ from conftest import Binders, StartBinder
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import (
     RECORD_CLOSED,
+    RECORD_COPY_LABEL,
+    RECORD_NAMESPACE_LABEL,
     RECORD_OPEN,
     RECORD_STATE_LABEL,
     USAGE_FINALIZER,
     GPUDevice,
     GPUUsageRecord,
     Phase,
+    RecordKind,
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import NotFound
@@ -28,6 +31,7 @@ from gpu_binder.kube.manager import Manager
 
 pytestmark = pytest.mark.controlplane
 
+LEDGER = Config().ledger_namespace
 FAST = Config(lost_grace=timedelta(seconds=2), resync=timedelta(milliseconds=500))
 
 
@@ -152,24 +156,34 @@ async def test_a_closed_record_leaves_the_binders_cache(
     await eventually(lambda: _not_cached(binder, ns), what="the closed record dropped")
 
 
-async def test_an_open_record_from_before_the_state_label_is_still_closed(
+async def test_an_open_record_from_before_the_ledger_moves_into_it_and_is_closed_there(
     control_plane: ControlPlane, admin: KubeClient, start_binder: Binders
 ) -> None:
     ns, node, first, vmi = await _a_gpu_vmi(control_plane, admin, start_binder)
     await run_vmi(admin, vmi, node)
     (record,) = await eventually(lambda: _records(admin, ns), what="a usage record opened")
+    await eventually(lambda: _copy(admin, ns, record.metadata.name), what="its copy written")
     await start_binder.stop(first)
-    # As a binder from before the label left it.
-    patch = {"metadata": {"labels": {RECORD_STATE_LABEL: None}}}
+    # As a binder from before the ledger (and the state label) left it: in the tenant's
+    # namespace alone, unlabelled.
+    await admin.delete(GPUUsageRecord, record.metadata.name, LEDGER)
+    labels = {RECORD_STATE_LABEL: None, RECORD_NAMESPACE_LABEL: None, RECORD_COPY_LABEL: None}
+    patch = {"metadata": {"labels": labels}, "spec": {"namespace": None}}
     legacy = await admin.patch(GPUUsageRecord, record.metadata.name, ns, patch)
-    assert RECORD_STATE_LABEL not in legacy.metadata.labels
+    assert RECORD_STATE_LABEL not in legacy.metadata.labels and not legacy.spec.namespace
 
     await start_binder(FAST)  # the upgraded binder
-    await eventually(lambda: _labelled(admin, ns, RECORD_OPEN), what="the record labelled")
+    await eventually(lambda: _labelled(admin, ns, RECORD_OPEN), what="the record moved")
     await end_vmi(admin, vmi)
 
     (closed,) = await eventually(lambda: _closed(admin, ns), what="the record closed")
+    assert closed.metadata.namespace == LEDGER
     assert closed.metadata.labels[RECORD_STATE_LABEL] == RECORD_CLOSED
+    # The copy is closed after the ledger's record (a copy never says more than the ledger).
+    copy = await eventually(
+        lambda: _closed_copy(admin, ns, record.metadata.name), what="the copy closed"
+    )
+    assert copy.metadata.labels[RECORD_COPY_LABEL] == LEDGER and copy.spec.end == closed.spec.end
 
 
 async def _a_gpu_vmi(
@@ -187,7 +201,9 @@ async def _a_gpu_vmi(
 
 
 async def _cached(binder: Manager, ns: str) -> bool:
-    return any(r.metadata.namespace == ns for r in binder.world.records.values())
+    return any(
+        r.tenant == ns and r.spec.kind == RecordKind.ATTACHED for r in binder.world.records.values()
+    )
 
 
 async def _not_cached(binder: Manager, ns: str) -> bool:
@@ -207,7 +223,21 @@ async def _labelled(admin: KubeClient, ns: str, state: str) -> bool:
 
 
 async def _records(admin: KubeClient, ns: str) -> list[GPUUsageRecord]:
-    return (await admin.list(GPUUsageRecord, ns)).items
+    """The namespace's Attached records, in the ledger."""
+    items = (await admin.list(GPUUsageRecord, LEDGER)).items
+    return [r for r in items if r.tenant == ns and r.spec.kind == RecordKind.ATTACHED]
+
+
+async def _copy(admin: KubeClient, ns: str, name: str) -> GPUUsageRecord | None:
+    try:
+        return await admin.get(GPUUsageRecord, name, ns)
+    except NotFound:
+        return None
+
+
+async def _closed_copy(admin: KubeClient, ns: str, name: str) -> GPUUsageRecord | None:
+    copy = await _copy(admin, ns, name)
+    return copy if copy is not None and copy.spec.end is not None else None
 
 
 async def _vmi_gone(admin: KubeClient, ns: str, name: str) -> bool:

@@ -106,10 +106,12 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def deploy_docs() -> list[dict[str, Any]]:
-    files = sorted((DEPLOY / "binder").glob("*.yaml")) + sorted((DEPLOY / "agent").glob("*.yaml"))
+    files = [f for d in ("binder", "agent", "ledger") for f in sorted((DEPLOY / d).glob("*.yaml"))]
     docs = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
-    # The chart installs into the release's namespace (helm install --create-namespace).
-    return list(by_key([d for d in docs if d["kind"] != "Namespace"]).values())
+    # The chart installs into the release's namespace (helm install --create-namespace);
+    # the ledger's namespace it makes itself.
+    release = [d for d in docs if (d["kind"], d["metadata"]["name"]) == ("Namespace", "gpu-binder")]
+    return list(by_key([d for d in docs if d not in release]).values())
 
 
 def normalized(doc: dict[str, Any]) -> dict[str, Any]:
@@ -286,6 +288,7 @@ def test_other_values_change_what_they_say(helm: Path, tmp_path: Path) -> None:
         "GPU_BINDER_LOG_FORMAT": "text",
         "GPU_BINDER_LOST_GRACE": "10m",
         "GPU_BINDER_BIND_TIMEOUT": "5s",
+        "GPU_BINDER_LEDGER_NAMESPACE": "gpu-binder-ledger",
     }
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
 

@@ -284,16 +284,11 @@ CASES: list[Case] = [
         [
             *leading(),
             series(
-                "gpu_binder_tenant_gpus",
-                "3x10",
-                namespace="acme",
-                class_name="h100",
-                state="attached",
+                "gpu_binder_quota_gpus", "5x10", namespace="acme", class_name="h100", kind="used"
             ),
             series(
-                "gpu_binder_tenant_gpus", "2x10", namespace="acme", class_name="h100", state="bound"
+                "gpu_binder_quota_gpus", "4x10", namespace="acme", class_name="h100", kind="hard"
             ),
-            series("gpu_binder_quota_gpus", "4x10", namespace="acme", class_name="h100"),
         ],
         "6m",
         [
@@ -309,20 +304,18 @@ CASES: list[Case] = [
         [
             *leading(),
             series(
-                "gpu_binder_tenant_gpus",
-                "3x10",
-                namespace="acme",
-                class_name="h100",
-                state="attached",
+                "gpu_binder_quota_gpus", "4x10", namespace="acme", class_name="h100", kind="used"
             ),
-            series("gpu_binder_quota_gpus", "4x10", namespace="acme", class_name="h100"),
+            series(
+                "gpu_binder_quota_gpus", "4x10", namespace="acme", class_name="h100", kind="hard"
+            ),
         ],
         "6m",
         [],
     ),
     (
         "GPUBinderQuotaExceeded",
-        "quiet while no binder exports gpu_binder_quota_gpus (before issue 13)",
+        "quiet where no quota limits the class",
         [
             *leading(),
             series(

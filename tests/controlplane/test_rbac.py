@@ -187,13 +187,9 @@ USES: dict[tuple[str, str, str], str] = {
         for verb in ("list", "watch")
     },
     **{
-        ("apps", "controllerrevisions", verb): "gpu_binder.kube.cache:Informer.relist (list), "
+        (group, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
         "Informer._watch_until_resync (watch), of binder.world.WATCHED"
-        for verb in ("list", "watch")
-    },
-    **{
-        ("", "nodes", verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of binder.world.WATCHED"
+        for group, kind in (("", "nodes"), ("", "resourcequotas"), ("apps", "controllerrevisions"))
         for verb in ("list", "watch")
     },
     (GROUP, "gpudevices", "get"): "gpu_binder.webhook.pods:PodPinner.admit (a set's devices "
@@ -211,9 +207,12 @@ USES: dict[tuple[str, str, str], str] = {
     (GROUP, "gpubindrequests", "create"): "gpu_binder.webhook.bindrequest:create",
     (GROUP, "gpubindrequests", "delete"): "gpu_binder.webhook.bindrequest:forget (answered), "
     "gpu_binder.binder.steps.requests:bind_requests (left behind)",
-    (GROUP, "gpuusagerecords", "create"): "gpu_binder.binder.steps.records:usage_records (open)",
+    (GROUP, "gpuusagerecords", "create"): "gpu_binder.binder.steps.records:usage_records "
+    "(open), gpu_binder.binder.ledgerwrites:open_record (Reserved), "
+    "gpu_binder.binder.ledgerwrites:write_copy (the tenant's copy)",
     (GROUP, "gpuusagerecords", "update"): "gpu_binder.binder.steps.records:usage_records "
-    "(close), gpu_binder.binder.reconciler:Reconciler._label_unlabelled_records",
+    "(close), gpu_binder.binder.ledgerwrites:write_copy, "
+    "gpu_binder.binder.reconciler:Reconciler._label_unlabelled_records (the ledger's move)",
     ("kubevirt.io", "virtualmachineinstances", "get"): "gpu_binder.webhook.pods:PodPinner.admit",
     ("kubevirt.io", "virtualmachineinstances", "patch"): "gpu_binder.binder.reconciler:"
     "Reconciler._finalizers (the usage finalizer, binder.steps.records.usage_finalizers)",

@@ -6,17 +6,21 @@ import asyncio
 import json
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
-from realcluster import namespace
+from realcluster import namespace, put
 
-from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import GPUUsageRecord, GPUUsageRecordSpec, VMRef
+from gpu_binder.binder import ledger
+from gpu_binder.binder.config import Config
 from gpu_binder.envtest import ControlPlane
 from gpu_binder.kube import KubeClient
 
 pytestmark = pytest.mark.controlplane
+
+LEDGER = Config().ledger_namespace
 
 
 def march(day: int, hour: int = 0, minute: int = 0) -> datetime:
@@ -26,29 +30,31 @@ def march(day: int, hour: int = 0, minute: int = 0) -> datetime:
 def usage_record(
     ns: str, name: str, class_name: str, start: datetime, end: datetime | None
 ) -> GPUUsageRecord:
-    return GPUUsageRecord(
-        metadata=ObjectMeta(name=name, namespace=ns),
-        spec=GPUUsageRecordSpec(
-            vm=f"vm-{class_name}",
-            vmi=VMRef(name=f"vm-{class_name}", uid=f"uid-{name}"),
-            device=f"node-a-0000-3b-00-{name[-1]}",
-            class_name=class_name,
-            node_name="node-a",
-            start=start,
-            end=end,
-        ),
+    """A record of namespace ns's tenant, in the ledger, as the binder writes it."""
+    spec = GPUUsageRecordSpec(
+        namespace=ns,
+        vm=f"vm-{class_name}",
+        vmi=VMRef(name=f"vm-{class_name}", uid=f"uid-{name}"),
+        device=f"node-a-0000-3b-00-{name[-1]}",
+        class_name=class_name,
+        node_name="node-a",
+        start=start,
+        end=end,
     )
+    return ledger.record(LEDGER, f"{ns}-{name}", spec)
 
 
-async def gpu_binder_usage(cp: ControlPlane, *argv: str) -> tuple[int, str, str]:
-    """The command as an operator runs it: its own process, the apiserver's kubeconfig."""
+async def gpu_binder_usage(
+    cp: ControlPlane, *argv: str, kubeconfig: Path | None = None
+) -> tuple[int, str, str]:
+    """The command as an operator (or a tenant) runs it: its own process, a kubeconfig."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "gpu_binder.cli.main",
         "usage",
         "--kubeconfig",
-        str(cp.kubeconfig),
+        str(kubeconfig or cp.kubeconfig),
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -85,6 +91,54 @@ async def test_a_months_records_are_billed_per_class_in_gpu_minutes(
         ("l40s", 1, 90.0),
     ]
     assert (doc["total"]["records"], doc["total"]["gpu_hours"]) == (3, 11.5)
+
+
+async def test_a_tenant_bills_its_namespace_from_its_copies(
+    control_plane: ControlPlane, admin: KubeClient
+) -> None:
+    ns = namespace(control_plane, "bill")
+    rec = await admin.create(usage_record(ns, "r1", "h100", march(2), march(2, 3)))
+    copy = ledger.copy_of(rec, LEDGER, None)
+    assert copy is not None
+    await admin.create(copy)
+    tenant = control_plane.add_user(f"tenant-of-{ns}")
+    put(
+        control_plane,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "reads-gpus", "namespace": ns},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "gpu-binder-tenant",
+            },
+            "subjects": [{"kind": "User", "name": tenant.name}],
+        },
+    )
+    args = ["-n", ns, "--month", "2025-03", "-o", "json"]
+    code, out, err = await gpu_binder_usage(control_plane, *args, kubeconfig=tenant.kubeconfig)
+    assert code == 0, err
+    assert f"reading the copies in namespace {ns}" in err
+    assert json.loads(out)["total"]["gpu_hours"] == 3.0
+
+
+async def test_nightly_exports_bill_each_second_once(
+    control_plane: ControlPlane, admin: KubeClient, tmp_path: Path
+) -> None:
+    ns = namespace(control_plane, "bill")
+    await admin.create(usage_record(ns, "r1", "h100", march(2), march(2, 3)))
+    state = str(tmp_path / "export")
+    first = ["-n", ns, "--since-last", state, "-o", "json"]
+    code, out, err = await gpu_binder_usage(
+        control_plane, *first, "--from", "2025-03-01", "--to", "2025-03-02T02:00:00Z"
+    )
+    assert code == 0, err
+    assert json.loads(out)["total"]["gpu_hours"] == 2.0
+    code, out, err = await gpu_binder_usage(control_plane, *first, "--to", "2025-03-03T00:00:00Z")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["from"], doc["total"]["gpu_hours"]) == ("2025-03-02T02:00:00Z", 1.0)
 
 
 async def test_bad_input_exits_2_before_asking_the_apiserver(control_plane: ControlPlane) -> None:

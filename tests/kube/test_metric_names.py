@@ -17,7 +17,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.metrics import Metrics, version
+from gpu_binder.binder.world import World
 from gpu_binder.kube.metrics import RunMetrics
 
 PREFIX = "gpu_binder_"
@@ -33,6 +35,9 @@ def exposition() -> str:
             if isinstance(wrapper, MetricWrapperBase) and wrapper._labelnames:
                 wrapper.labels(*("x" for _ in wrapper._labelnames))
     metrics.tenants.held = {("tenant", "h100", "attached"): 1}
+    totals = LedgerTotals()
+    totals.closed, totals.loaded = {("tenant", "h100", "attached"): 60.0}, True
+    metrics.gpu_seconds.world, metrics.gpu_seconds.totals = World(), totals
     return generate_latest(registry).decode()
 
 

@@ -357,6 +357,7 @@ class KwokNodes:
 
 
 DEPLOY_FILES = (
+    DEPLOY / "ledger" / "ledger.yaml",
     DEPLOY / "binder" / "rbac.yaml",
     DEPLOY / "agent" / "rbac.yaml",
     DEPLOY / "agent" / "validating-admission-policy.yaml",

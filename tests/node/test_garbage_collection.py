@@ -3,6 +3,8 @@ gpu-binder's objects say about their owners is what Kubernetes acts on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from nodecluster import NodeTier, create, delete, get, gone, wait_for
 from play import (
     KUBEVIRT,
@@ -19,9 +21,12 @@ from play import (
 from realcluster import uid
 
 from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.binder.config import Config
+from gpu_binder.envtest import ControlPlane
 from gpu_binder.webhook.bindrequest import bind_request
 from gpu_binder.webhook.target import Target
 
+LEDGER = Config().ledger_namespace
 REQUESTS = "/apis/gpu.cozystack.io/v1alpha1/namespaces/{ns}/gpubindrequests"
 RECORDS = "/apis/gpu.cozystack.io/v1alpha1/namespaces/{ns}/gpuusagerecords"
 
@@ -48,7 +53,7 @@ def test_a_vms_bind_requests_go_with_the_vm(tier: NodeTier) -> None:
     wait_for(lambda: not bound_set(cp, ns, "vm"), 60, "the VM's GPU released")
 
 
-def test_a_deleted_namespace_takes_its_vms_vmis_pods_and_usage_records(
+def test_a_deleted_namespace_takes_its_vms_vmis_pods_and_its_copies_not_the_ledger(
     tier: NodeTier,
 ) -> None:
     cp = tier.cp
@@ -58,13 +63,7 @@ def test_a_deleted_namespace_takes_its_vms_vmis_pods_and_usage_records(
     vmi = start_vmi(cp, ns, "vm")
     pod = wait_running(cp, launch(cp, vmi))
     report_running(cp, vmi, pod["spec"]["nodeName"])
-    records = wait_for(
-        lambda: (
-            len(items := (get(cp, RECORDS.format(ns=ns)) or {}).get("items") or []) == 2 and items
-        ),
-        30,
-        "two open usage records",
-    )
+    opened = wait_for(lambda: _attached(cp, RECORDS.format(ns=ns)), 30, "two open copies")
 
     delete(cp, f"/api/v1/namespaces/{ns}")
     # The namespace controller deletes everything in it. The VMI's usage finalizer is the
@@ -79,7 +78,21 @@ def test_a_deleted_namespace_takes_its_vms_vmis_pods_and_usage_records(
     finished(cp, vmi)
     gone(cp, f"/api/v1/namespaces/{ns}", 90)
     wait_for(lambda: not bound_set(cp, ns, "vm"), 60, "the VM's GPUs released")
-    # The ledger's records were namespaced objects and went too: where the ledger lives
-    # is issue 13's decision; this states what Kubernetes does with them today.
-    assert len(records) == 2
+    # The tenant's copies went with it; the ledger's records stayed, closed (README
+    # "Billing": where the ledger lives).
     assert not (get(cp, RECORDS.format(ns=ns)) or {}).get("items")
+    kept = [
+        r
+        for r in (get(cp, RECORDS.format(ns=LEDGER)) or {}).get("items") or []
+        if r["spec"].get("namespace") == ns and r["spec"].get("kind") == "Attached"
+    ]
+    assert sorted(r["metadata"]["name"] for r in kept) == sorted(
+        r["metadata"]["name"] for r in opened
+    )
+    assert all(r["spec"].get("end") for r in kept)
+
+
+def _attached(cp: ControlPlane, path: str) -> list[dict[str, Any]]:
+    items = (get(cp, path) or {}).get("items") or []
+    found = [r for r in items if r["spec"].get("kind") == "Attached"]
+    return found if len(found) == 2 else []

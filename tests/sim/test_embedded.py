@@ -10,6 +10,7 @@ import pytest
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase
 from gpu_binder.binder.events import ClientRecorder
+from gpu_binder.binder.ledger import of_ledger
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import World
 from gpu_binder.sim.admission import call_webhook
@@ -84,7 +85,7 @@ async def test_a_stopped_vm_closes_its_usage_records_at_the_finish_time(
     clock.advance(3600)
     await cluster.kubevirt.set_running("t", "vm1", False)
     await cluster.settle()
-    [record] = store.objects(GPUUsageRecord)
+    [record] = of_ledger(store.objects(GPUUsageRecord))
     assert record.spec.end == clock.now()
     assert cluster.checker.check() == []
 
@@ -120,7 +121,7 @@ async def test_a_vm_stopped_while_the_binder_is_down_is_billed_until_its_finish_
     await c.add_node("n1", "h100", 4)
     c.add_vm("t", "vm1", {"h100": 2}, running=True)
     await c.settle()
-    assert [r.spec.end for r in c.client.objects(GPUUsageRecord)] == [None, None]
+    assert [r.spec.end for r in of_ledger(c.client.objects(GPUUsageRecord))] == [None, None]
     c.binder_up = False
     await c.tick(600)
     finished = c.clock()
@@ -129,7 +130,7 @@ async def test_a_vm_stopped_while_the_binder_is_down_is_billed_until_its_finish_
     c.binder_up = True
     c.restart_binder()
     await c.settle()
-    assert [r.spec.end for r in c.client.objects(GPUUsageRecord)] == [finished, finished]
+    assert [r.spec.end for r in of_ledger(c.client.objects(GPUUsageRecord))] == [finished, finished]
     assert c.client.objects(VirtualMachineInstance) == []
     assert c.check() == []
 
@@ -141,10 +142,10 @@ async def test_the_binders_cache_holds_only_open_records_before_and_after_a_new_
     c.add_vm("t", "vm2", {"h100": 1}, running=True)
     await c.settle()
     await c.set_running("t/vm1", False)
-    assert sorted(r.spec.vm for r in c.client.objects(GPUUsageRecord)) == ["vm1", "vm2"]
-    assert [r.spec.vm for r in c.world.records.values()] == ["vm2"]
+    assert sorted(r.spec.vm for r in of_ledger(c.client.objects(GPUUsageRecord))) == ["vm1", "vm2"]
+    assert [r.spec.vm for r in of_ledger(c.world.records.values())] == ["vm2"]
     c.restart_binder()
-    assert [r.spec.vm for r in c.world.records.values()] == ["vm2"]
+    assert [r.spec.vm for r in of_ledger(c.world.records.values())] == ["vm2"]
     assert c.check() == []
 
 

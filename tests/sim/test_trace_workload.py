@@ -10,6 +10,7 @@ import pytest
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import CLASSES_ANNOTATION, GPUClass, GPUUsageRecord
+from gpu_binder.binder.ledger import of_ledger
 from gpu_binder.cli.main import main
 from gpu_binder.replay.order import orders_from_pods
 from gpu_binder.replay.trace import load_nodes, load_pods
@@ -96,7 +97,7 @@ async def test_pod_vm_lives_from_its_creation_to_its_deletion_time(tmp_path: Pat
     assert w.done
     assert c.clock() == start + timedelta(seconds=4100)
     assert c.client.peek(VirtualMachine, "vm-000000", "trace") is None
-    records = c.client.objects(GPUUsageRecord)
+    records = of_ledger(c.client.objects(GPUUsageRecord))
     assert len(records) == 2
     assert {(r.spec.start, r.spec.end) for r in records} == {
         (start + timedelta(seconds=500), start + timedelta(seconds=4100))

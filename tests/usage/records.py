@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpu_binder.api.meta import ObjectMeta
-from gpu_binder.api.types import GPUUsageRecord, GPUUsageRecordSpec, VMRef
-from gpu_binder.usage.ledger import Entry, Period
+from gpu_binder.api.types import GPUUsageRecord, GPUUsageRecordSpec, RecordKind, VMRef
+from gpu_binder.binder import ledger
+from gpu_binder.usage.ledger import DEFAULT_LEDGER, Entry, Period
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+LEDGER = DEFAULT_LEDGER
 
 
 def at(hours: float) -> datetime:
@@ -28,6 +30,8 @@ def entry(
     class_name: str = "h100",
     node: str = "node-a",
     name: str = "r",
+    kind: str = "attached",
+    created: float | None = None,
 ) -> Entry:
     return Entry(
         namespace=namespace,
@@ -37,6 +41,8 @@ def entry(
         node=node,
         start=at(start),
         end=None if end is None else at(end),
+        kind="reserved" if kind == "reserved" else "attached",
+        created=None if created is None else at(created),
     )
 
 
@@ -49,16 +55,28 @@ def record(
     vm: str = "vm-1",
     class_name: str = "h100",
     node: str = "node-a",
+    kind: RecordKind = RecordKind.ATTACHED,
+    created: datetime | None = None,
 ) -> GPUUsageRecord:
-    return GPUUsageRecord(
-        metadata=ObjectMeta(name=name, namespace=namespace),
-        spec=GPUUsageRecordSpec(
-            vm=vm,
-            vmi=VMRef(name=vm, uid=f"uid-{vm}"),
-            device=f"{node}-0000-3b-00-0",
-            class_name=class_name,
-            node_name=node,
-            start=start,
-            end=end,
-        ),
+    """A record of the ledger (in its namespace, naming its tenant), as the binder writes it."""
+    spec = GPUUsageRecordSpec(
+        kind=kind,
+        namespace=namespace,
+        vm=vm,
+        vmi=VMRef(name=vm, uid=f"uid-{vm}") if kind == RecordKind.ATTACHED else None,
+        device=f"{node}-0000-3b-00-0",
+        class_name=class_name,
+        node_name=node,
+        start=start,
+        end=end,
     )
+    labels = ledger.labels_of(spec)
+    meta = ObjectMeta(name=name, namespace=LEDGER, labels=labels, creation_timestamp=created)
+    return GPUUsageRecord(metadata=meta, spec=spec)
+
+
+def copy(rec: GPUUsageRecord) -> GPUUsageRecord:
+    """The tenant's copy of a record, in its namespace."""
+    found = ledger.copy_of(rec, LEDGER, None)
+    assert found is not None
+    return found

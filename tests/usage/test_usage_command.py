@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpu_binder.api.kinds import T
-from gpu_binder.api.types import GPUUsageRecord
+from gpu_binder.api.types import GPUUsageRecord, RecordKind
 from gpu_binder.cli.main import main
 from gpu_binder.client.errors import Forbidden, Gone
 from gpu_binder.client.interface import Client, ListResult
@@ -19,7 +19,7 @@ from gpu_binder.kube.config import Connection
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.usage.command import Connect, main_usage
 
-from .records import at, record
+from .records import LEDGER, at, copy, record
 
 NOW = at(200)  # 2026-11-09T08:00:00Z
 
@@ -42,6 +42,11 @@ def cluster() -> MemoryClient:
     c.put(record("r2", at(100), None, namespace="tenant-a", vm="vm-2"))
     c.put(record("r3", at(10), at(11.5), namespace="tenant-b", class_name="l40s"))
     c.put(record("r4", at(10), at(20), namespace="tenant-b"))
+    # tenant-b's VM stopped after r4: its GPU reserved for it 2 h more.
+    c.put(record("r5", at(20), at(22), namespace="tenant-b", kind=RecordKind.RESERVED))
+    # The tenants' copies in their own namespaces: not the ledger, never billed twice.
+    for r in list(c.objects(GPUUsageRecord)):
+        c.put(copy(r))
     return c
 
 
@@ -62,11 +67,11 @@ def test_the_default_bill_is_gpu_minutes_per_namespace_and_class(
 ) -> None:
     assert usage(cluster, "--month", "2026-11") == 0
     assert capsys.readouterr().out.splitlines()[1:] == [
-        "NAMESPACE  CLASS  RECORDS  GPU-MINUTES  GPU-HOURS",
-        "tenant-a   h100         2     8,880.00     148.00",
-        "tenant-b   h100         1       600.00      10.00",
-        "tenant-b   l40s         1        90.00       1.50",
-        "TOTAL                   4     9,570.00     159.50",
+        "NAMESPACE  CLASS  RECORDS  ATTACHED-MIN  RESERVED-MIN  GPU-MINUTES  GPU-HOURS",
+        "tenant-a   h100         2      8,880.00          0.00     8,880.00     148.00",
+        "tenant-b   h100         2        600.00        120.00       720.00      12.00",
+        "tenant-b   l40s         1         90.00          0.00        90.00       1.50",
+        "TOTAL                   5      9,570.00        120.00     9,690.00     161.50",
     ]
 
 
@@ -121,10 +126,11 @@ def test_csv_is_written_for_spreadsheets(
 ) -> None:
     assert usage(cluster, "--month", "2026-11", "--by", "namespace", "-o", "csv") == 0
     assert capsys.readouterr().out.splitlines() == [
-        "namespace,classes,records,gpu_seconds,gpu_minutes,gpu_hours",
-        "tenant-a,h100,2,532800.0,8880.0,148.0",
-        'tenant-b,"h100,l40s",2,41400.0,690.0,11.5',
-        'TOTAL,"h100,l40s",4,574200.0,9570.0,159.5',
+        "namespace,classes,records,attached_gpu_seconds,reserved_gpu_seconds,"
+        "gpu_seconds,gpu_minutes,gpu_hours",
+        "tenant-a,h100,2,532800.0,0.0,532800.0,8880.0,148.0",
+        'tenant-b,"h100,l40s",3,41400.0,7200.0,48600.0,810.0,13.5',
+        'TOTAL,"h100,l40s",5,574200.0,7200.0,581400.0,9690.0,161.5',
     ]
 
 
@@ -224,7 +230,7 @@ class PagedServer(KubeClient):
     ) -> dict[str, Any]:
         q = dict(query or {})
         self.queries.append(q)
-        assert (method, url_path) == ("GET", "/apis/gpu.cozystack.io/v1alpha1/gpuusagerecords")
+        assert (method, url_path) == ("GET", LEDGER_PATH)
         expired = self.expire_after is not None and len(self.queries) > self.expire_after
         if "continue" in q and expired:
             self.expire_after = None
@@ -234,6 +240,10 @@ class PagedServer(KubeClient):
         end = start + limit
         meta = {"resourceVersion": "7"} | ({"continue": str(end)} if end < len(self.items) else {})
         return {"items": self.items[start:end], "metadata": meta}
+
+
+LEDGER_PATH = f"/apis/gpu.cozystack.io/v1alpha1/namespaces/{LEDGER}/gpuusagerecords"
+TENANT_A_PATH = "/apis/gpu.cozystack.io/v1alpha1/namespaces/tenant-a/gpuusagerecords"
 
 
 def run_on(server: PagedServer, *argv: str) -> int:
@@ -294,22 +304,68 @@ def test_an_expired_continue_token_restarts_the_list_unpaged(
     assert server.queries[-1] == {}
 
 
-def test_a_namespace_is_listed_at_its_own_path(capsys: pytest.CaptureFixture[str]) -> None:
-    seen: list[str] = []
+class Scoped(PagedServer):
+    """Answers every list with nothing, noting the path and query."""
 
-    class Scoped(PagedServer):
-        async def request(self, method: str, url_path: str, *a: Any, **kw: Any) -> dict[str, Any]:
-            seen.append(url_path)
-            return {"items": [], "metadata": {"resourceVersion": "1"}}
+    def __init__(self, refuse_ledger: bool = False) -> None:
+        super().__init__([])
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        self.refuse_ledger = refuse_ledger
 
-    assert run_on(Scoped([]), "-n", "tenant-a") == 0
-    assert seen == ["/apis/gpu.cozystack.io/v1alpha1/namespaces/tenant-a/gpuusagerecords"]
+    async def request(self, method: str, url_path: str, *a: Any, **kw: Any) -> dict[str, Any]:
+        self.seen.append((url_path, dict(kw.get("query") or {})))
+        if self.refuse_ledger and url_path == LEDGER_PATH:
+            raise Forbidden('gpuusagerecords is forbidden: User "ann" cannot list')
+        return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+
+def test_a_tenants_bill_is_read_from_the_ledger_by_its_label(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server = Scoped()
+    assert run_on(server, "-n", "tenant-a", "--chunk-size", "0") == 0
+    assert server.seen == [(LEDGER_PATH, {"labelSelector": "gpu.cozystack.io/namespace=tenant-a"})]
+
+
+def test_copies_are_read_in_the_tenants_namespace(capsys: pytest.CaptureFixture[str]) -> None:
+    server = Scoped()
+    assert run_on(server, "-n", "tenant-a", "--copies", "--chunk-size", "0") == 0
+    assert server.seen == [(TENANT_A_PATH, {})]
+
+
+def test_a_tenant_the_ledger_refuses_reads_its_copies_saying_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server = Scoped(refuse_ledger=True)
+    assert run_on(server, "-n", "tenant-a", "--chunk-size", "0") == 0
+    assert [path for path, _ in server.seen] == [LEDGER_PATH, TENANT_A_PATH]
+    assert "reading the copies in namespace tenant-a" in capsys.readouterr().err
+
+
+def test_a_tenant_bills_the_same_from_its_copies(
+    cluster: MemoryClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert usage(cluster, "--month", "2026-11", "-n", "tenant-b", "-o", "json") == 0
+    ledger = json_bill(capsys)
+    assert usage(cluster, "--month", "2026-11", "-n", "tenant-b", "--copies", "-o", "json") == 0
+    assert json_bill(capsys)["groups"] == ledger["groups"]
+
+
+def test_kind_bills_attached_or_reserved_time_alone(
+    cluster: MemoryClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert usage(cluster, "--month", "2026-11", "--kind", "reserved", "-o", "json") == 0
+    doc = json_bill(capsys)
+    assert [(g["namespace"], g["gpu_minutes"]) for g in doc["groups"]] == [("tenant-b", 120.0)]
+    assert usage(cluster, "--month", "2026-11", "--kind", "attached", "-o", "json") == 0
+    assert json_bill(capsys)["total"]["gpu_minutes"] == 9570.0
 
 
 def test_every_record_counts_the_same_through_either_client(
     cluster: MemoryClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server = PagedServer([r.to_dict() for r in cluster.objects(GPUUsageRecord)])
+    ledger = [r for r in cluster.objects(GPUUsageRecord) if r.metadata.namespace == LEDGER]
+    server = PagedServer([r.to_dict() for r in ledger])
     assert usage(cluster, "--month", "2026-11", "-o", "json") == 0
     memory = json_bill(capsys)
     assert run_on(server, "-o", "json") == 0

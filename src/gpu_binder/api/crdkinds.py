@@ -265,12 +265,16 @@ KINDS: tuple[KindSpec, ...] = (
     KindSpec(
         model=GPUUsageRecord,
         short_name="gpuur",
-        description="One attachment of one GPU to one VMI, the billing ledger: open "
-        "while end is empty, immutable once closed.",
+        description="The billing ledger: one interval of one GPU, attached to a VMI (kind "
+        "Attached) or bound to a VM with no VMI on it (kind Reserved); open while end is "
+        "empty, immutable once closed. Records live in the ledger namespace; a tenant's "
+        "namespace holds copies of its own.",
         status_subresource=False,
         # A tenant's bill, line by line: which VM held which GPU, where, from when to when
         # (End empty: still open).
         columns=(
+            Column("Kind", ".spec.kind"),
+            Column("Tenant", ".spec.namespace"),
             Column("VM", ".spec.vm"),
             Column("Class", ".spec.className"),
             Column("Node", ".spec.nodeName"),
@@ -298,6 +302,12 @@ KINDS: tuple[KindSpec, ...] = (
                     "start is immutable: a usage record bills from when it was opened",
                     field_path=".start",
                     reason="FieldValueForbidden",
+                ),
+                Rule(
+                    "self.kind != 'Attached' || has(self.vmi)",
+                    "an Attached record names the VMI that used the GPU",
+                    field_path=".vmi",
+                    reason="FieldValueRequired",
                 ),
             ),
         },

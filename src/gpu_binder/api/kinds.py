@@ -16,6 +16,7 @@ from gpu_binder.api.instancetype import (
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.pod import Pod
+from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
     API_VERSION,
     GPUBindRequest,
@@ -139,6 +140,9 @@ RESOURCES: dict[type[Any], Resource] = {
     ),
     Node: Resource("v1", "Node", "nodes", False, True, Node.from_dict),
     Pod: Resource("v1", "Pod", "pods", True, True, Pod.from_dict),
+    ResourceQuota: Resource(
+        "v1", "ResourceQuota", "resourcequotas", True, True, ResourceQuota.from_dict
+    ),
     ControllerRevision: Resource(
         REVISION_API_VERSION,
         "ControllerRevision",

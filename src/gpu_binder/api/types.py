@@ -7,7 +7,7 @@ them (see crds.py), so a field added here reaches the schema with no second edit
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
@@ -342,9 +342,24 @@ class GPUBindRequest(Model):
 # --- GPUUsageRecord -------------------------------------------------------------------
 
 
+class RecordKind(StrEnum):
+    # A VMI used the device: one record per (VMI, device).
+    ATTACHED = "Attached"
+    # The device was bound to its VM with no VMI on it (a stopped VM's reservation, or
+    # the moments between a bind and its VMI's start): it costs the provider as much.
+    RESERVED = "Reserved"
+
+
 class GPUUsageRecordSpec(Model):
+    kind: RecordKind = RecordKind.ATTACHED
+    # The tenant's namespace. Records live in the ledger namespace, where no tenant's
+    # namespace deletion reaches them; empty on records written before the ledger moved
+    # there (the binder moves those, see binder.ledger).
+    namespace: str = Field("", max_length=63)
     vm: str = Field(min_length=1, max_length=NAME_MAX)
-    vmi: VMRef
+    vm_uid: str = Field("", max_length=UID_MAX)
+    # The VMI of an Attached record.
+    vmi: VMRef | None = None
     device: str = Field(min_length=1, max_length=NAME_MAX)
     class_name: str = Field("", max_length=NAME_MAX)
     node_name: str = Field("", max_length=NAME_MAX)
@@ -362,6 +377,20 @@ class GPUUsageRecord(Model):
     metadata: ObjectMeta
     spec: GPUUsageRecordSpec
 
+    @property
+    def tenant(self) -> str:
+        """The namespace whose GPU time this is (a record from before the ledger moved
+        lives in it and does not say so in its spec)."""
+        return self.spec.namespace or self.metadata.namespace
+
+
+# Every record carries its tenant's namespace as a label too, so a list selects one
+# tenant's records server-side; a tenant's copy carries the ledger namespace it copies.
+RECORD_NAMESPACE_LABEL = f"{GROUP}/namespace"
+RECORD_COPY_LABEL = f"{GROUP}/copy-of"
+# Records written before either label: a new leader lists these once and moves them
+# into the ledger (binder.ledger.migration).
+LEGACY_RECORDS = f"!{RECORD_NAMESPACE_LABEL}"
 
 # Open records carry this label (value RECORD_OPEN); the write that closes one sets it to
 # RECORD_CLOSED. The binder watches only OPEN_RECORDS: closed records are immutable and
@@ -370,13 +399,18 @@ RECORD_STATE_LABEL = "gpu.cozystack.io/record-state"
 RECORD_OPEN = "open"
 RECORD_CLOSED = "closed"
 OPEN_RECORDS = f"{RECORD_STATE_LABEL}={RECORD_OPEN}"
-# Records written before the label: a new leader lists these once and labels the open ones.
-UNLABELLED_RECORDS = f"!{RECORD_STATE_LABEL}"
+# The closed ones, which the GPU-seconds counters fold (kube.ledgerfold), never cached.
+CLOSED_RECORDS = f"{RECORD_STATE_LABEL}={RECORD_CLOSED}"
 
 
 def watched_record(record: GPUUsageRecord) -> bool:
     """Whether the binder's cache holds the record: open, and labelled so (OPEN_RECORDS)."""
     return record.spec.end is None and record.metadata.labels.get(RECORD_STATE_LABEL) == RECORD_OPEN
+
+
+def is_copy(record: GPUUsageRecord) -> bool:
+    """A tenant's copy of a record of the ledger (RECORD_COPY_LABEL), not the record."""
+    return RECORD_COPY_LABEL in record.metadata.labels
 
 
 def usage_record_name(vmi_uid: str, device: str) -> str:
@@ -385,7 +419,23 @@ def usage_record_name(vmi_uid: str, device: str) -> str:
     A name past the API's 253 characters keeps its head and ends in a digest of the
     whole: cut short, two devices of one long node name would share one record.
     """
-    name = f"{vmi_uid[:36]}-{device}"
+    return _bounded(f"{vmi_uid[:36]}-{device}")
+
+
+def reserved_record_name(owner: str, device: str, start: datetime) -> str:
+    """A Reserved record's name, derived from whom the device is bound to (the VM's uid,
+    else its namespace/name), the device and when the interval began (to the
+    microsecond), so opening it twice is one record and the next interval another."""
+    who = (
+        owner
+        if len(owner) <= 36 and "/" not in owner
+        else hashlib.sha256(owner.encode()).hexdigest()[:16]
+    )
+    stamp = start.astimezone(UTC).strftime("%Y%m%dt%H%M%S%f")
+    return _bounded(f"{who}-{device}-r{stamp}")
+
+
+def _bounded(name: str) -> str:
     if len(name) <= NAME_MAX:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]

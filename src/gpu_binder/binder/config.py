@@ -25,4 +25,7 @@ class Config:
     # waiting order in (steps.defrag).
     defrag: bool = True
     kubevirt_namespace: str = "kubevirt"
+    # Where every usage record lives (binder.ledger): a namespace no tenant can write or
+    # delete in, apart from the binder's own, which an uninstall may delete.
+    ledger_namespace: str = "gpu-binder-ledger"
     kubevirt_name: str = "kubevirt"

@@ -38,8 +38,10 @@ class Memory:
     # with the object (see forget_object), so it holds only objects that exist.
     said: dict[str, dict[str, str]] = field(default_factory=dict)
     # Orders whose last placement attempt failed, and the world generation it failed in.
-    unplaceable: dict[str, tuple[int, int | None, int]] = field(default_factory=dict)
+    unplaceable: dict[str, tuple[int, int | None, int, int]] = field(default_factory=dict)
     unplaceable_checked: int = -1
+    # Of those, the orders their namespace's quota holds back: no room is made for them.
+    quota_blocked: set[str] = field(default_factory=set)
     # Sets that must move but found no room, retried when something frees.
     blocked_moves: set[str] = field(default_factory=set)
     blocked_checked: int = -1
@@ -47,9 +49,14 @@ class Memory:
     # under way or an order newly found no room: searching for room is the costliest
     # thing a pass can do, and most capacity changes make none.
     defrag_wanted: bool = False
-    # Per device: the (namespace, name) of the record its attachment would open, found
+    # Per device and record kind: the (namespace, name) of the record it would open, found
     # closed already when opening it (closed records are not cached): never opened again.
-    closed_records: dict[str, tuple[str, str]] = field(default_factory=dict)
+    closed_records: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # The malformed-quota Event last told per ResourceQuota ("namespace/name").
+    quota_said: dict[str, str] = field(default_factory=dict)
+    # Orphan copies (World.orphan_copies) the reconciler tried to write as their record
+    # says, by name: one whose record is gone (pruned) is not tried again until it changes.
+    orphans_tried: dict[str, object] = field(default_factory=dict)
     # Per step, what a key looked like when the step last found nothing to do for it: an
     # unchanged key is skipped, which keeps a pass over an unchanged world cheap.
     clean: dict[str, Verdicts] = field(default_factory=dict)

@@ -44,6 +44,8 @@ class DeviceIndex:
         self.lost: set[str] = set()
         self.cleaning: set[str] = set()
         self.attached: set[str] = set()
+        # Bound with no attachment: reserved for their order (a Reserved record each).
+        self.reserved: set[str] = set()
         self.unhealthy: set[str] = set()
         self.unclassified: set[str] = set()
         # Devices matching more than one class, shown on those classes' conditions.
@@ -61,6 +63,9 @@ class DeviceIndex:
         self.held: dict[tuple[str, str, str], int] = {}
         # Bumped whenever a device becomes free, so a failed order is retried only then.
         self.capacity_gen = 0
+        # Per namespace, bumped whenever a device leaves one of its orders' sets: an order
+        # its quota held back is retried only then (binder.quota).
+        self.released_in: dict[str, int] = {}
         # Change counters per order key and per node: a step that found nothing to do for a
         # key skips it until something about the key changed.
         self.gen = 0
@@ -92,6 +97,7 @@ class DeviceIndex:
         self.touched_devices.add(d.metadata.name)
         old = self.by_name.get(d.metadata.name)
         if old is not None:
+            self._released(old, d)
             self._unindex(old)
         self.by_name[d.metadata.name] = d
         self._index(d)
@@ -101,8 +107,16 @@ class DeviceIndex:
         self.touched_devices.add(name)
         old = self.by_name.pop(name, None)
         if old is not None:
+            self._released(old, None)
             self._unindex(old)
             self._recount(old, None)
+
+    def _released(self, old: GPUDevice, new: GPUDevice | None) -> None:
+        was = old.status.binding
+        now = new.status.binding if new is not None else None
+        if was is not None and (now is None or now.vm.key != was.vm.key):
+            ns = was.vm.namespace
+            self.released_in[ns] = self.released_in.get(ns, 0) + 1
 
     def touch_key(self, key: str) -> None:
         self.gen += 1
@@ -137,6 +151,8 @@ class DeviceIndex:
             self.cleaning.add(name)
         if s.attachment is not None:
             self.attached.add(name)
+        elif s.binding is not None:
+            self.reserved.add(name)
         if d.spec.health != "Healthy":
             self.unhealthy.add(name)
         if s.phase is None:
@@ -174,6 +190,7 @@ class DeviceIndex:
             self.lost,
             self.cleaning,
             self.attached,
+            self.reserved,
             self.unhealthy,
             self.unclassified,
             self.ambiguous,

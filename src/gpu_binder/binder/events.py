@@ -20,6 +20,7 @@ API_VERSIONS = {
     "GPUBindRequest": "gpu.cozystack.io/v1alpha1",
     "GPUClass": "gpu.cozystack.io/v1alpha1",
     "KubeVirt": "kubevirt.io/v1",
+    "ResourceQuota": "v1",
 }
 
 
@@ -78,6 +79,8 @@ ACTIONS = {
     "GPUDrainBlocked": "BlockDrain",
     "GPUClassRefused": "Refuse",
     "GPUPermittedHostDevicesCreated": "Configure",
+    "GPUQuotaExceeded": "Bind",
+    "GPUQuotaMalformed": "ReadQuota",
 }
 
 

@@ -10,14 +10,17 @@ dashboard read these names.
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpu_binder.api.types import Phase
+from gpu_binder.binder import quota
+from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.world import World
 
 
@@ -36,6 +39,54 @@ class TenantGPUs(Collector):
         )
         for (namespace, class_name, state), n in sorted(self.held.items()):
             family.add_metric([namespace, class_name or "-", state], n)
+        yield family
+
+
+class QuotaGPUs(Collector):
+    """Per namespace and class a quota limits: the GPUs it holds (bound and attached,
+    as the quota counts them) and its hard limit, read from the world when scraped."""
+
+    def __init__(self) -> None:
+        self.world: World | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "gpu_binder_quota_gpus",
+            "GPUs of a class a namespace holds (kind=used: bound or attached) and its "
+            "ResourceQuota allows (kind=hard), where a quota limits the class's resourceName",
+            labels=["namespace", "class_name", "kind"],
+        )
+        world = self.world
+        if world is not None:
+            for ns in sorted(world.quotas_by_namespace):
+                for class_name, limit in sorted(quota.of_namespace(world, ns).limits.items()):
+                    family.add_metric([ns, class_name, "used"], quota.held(world, ns, class_name))
+                    family.add_metric([ns, class_name, "hard"], limit.hard)
+        yield family
+
+
+class GPUSeconds(Collector):
+    """gpu_binder_gpu_seconds_total{namespace, class_name, kind}: GPU-seconds of the
+    ledger, attached and reserved, read when scraped (binder.ledgertotals); nothing
+    until the ledger's closed records were read."""
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self.world: World | None = None
+        self.totals: LedgerTotals | None = None
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gpu_binder_gpu_seconds",
+            "GPU-seconds of the ledger per namespace, class and kind (attached: in use by a "
+            "VMI; reserved: bound to a VM with no VMI on it): closed records, and open ones "
+            "so far; the same on every replica and across restarts",
+            labels=["namespace", "class_name", "kind"],
+        )
+        world, totals = self.world, self.totals
+        if world is not None and totals is not None and totals.loaded:
+            for (ns, class_name, kind), v in sorted(totals.values(world, self.clock()).items()):
+                family.add_metric([ns, class_name or "-", kind], v)
         yield family
 
 
@@ -98,6 +149,10 @@ class Metrics:
         self.build.info({"version": version(), "python": platform.python_version()})
         self.tenants = TenantGPUs()
         r.register(self.tenants)
+        self.quotas = QuotaGPUs()
+        r.register(self.quotas)
+        self.gpu_seconds = GPUSeconds()
+        r.register(self.gpu_seconds)
 
     def export(
         self,
@@ -128,6 +183,7 @@ class Metrics:
         for class_name, at in oldest.items():
             self.oldest_cleaning.labels(class_name).set(at)
         self.tenants.held = world.devices.held
+        self.quotas.world = world
 
 
 def version() -> str:

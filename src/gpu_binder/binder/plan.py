@@ -10,15 +10,28 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from gpu_binder.api.types import GPUDevice
+from gpu_binder.api.types import GPUDevice, GPUUsageRecord, is_copy
 from gpu_binder.binder.world import World
 
 # "finalizers": a JSON merge patch of the object's metadata.finalizers (to those of obj),
 # carrying obj's resourceVersion, for objects the binder does not own (a VMI).
 # "annotations": a JSON merge patch of the one annotation the binder keeps on a VM (the
 # devices it holds, steps/tenantview.py), without a resourceVersion: it only reports.
+# "open": a Reserved usage record created with its copy; "copy": a tenant's copy of a
+# usage record, created or updated; "sync-copy": an open copy written as its record in
+# the ledger says now (binder.ledgerwrites).
 Verb = Literal[
-    "update", "status", "create", "apply", "node_status", "delete", "finalizers", "annotations"
+    "update",
+    "status",
+    "create",
+    "apply",
+    "node_status",
+    "delete",
+    "finalizers",
+    "annotations",
+    "open",
+    "copy",
+    "sync-copy",
 ]
 
 
@@ -98,12 +111,15 @@ class Plan:
     def waves(self) -> list[list[int]]:
         """The writes' indices (in decision order) in the order they may be made: device
         binds, then the other device writes (releases, phases, finalizers), then writes of
-        other kinds (a bind request's answer, records, statuses). Within a wave, writes
-        touch distinct objects and may be made together; a wave starts once the one
-        before it was written whole."""
-        waves: list[list[int]] = [[], [], []]
+        other kinds (a bind request's answer, records, statuses), then the tenants' copies
+        of records (a copy never says more than the ledger: a record's write refused
+        starts no copy of it). Within a wave, writes touch distinct objects and may be
+        made together; a wave starts once the one before it was written whole."""
+        waves: list[list[int]] = [[], [], [], []]
         for i, w in enumerate(self.writes.values()):
-            if not isinstance(w.obj, GPUDevice):
+            if isinstance(w.obj, GPUUsageRecord) and is_copy(w.obj):
+                waves[3].append(i)
+            elif not isinstance(w.obj, GPUDevice):
                 waves[2].append(i)
             elif (
                 w.verb == "status"

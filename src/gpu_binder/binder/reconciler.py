@@ -19,14 +19,13 @@ from gpu_binder.api.meta import Condition
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     FINALIZER,
-    RECORD_OPEN,
-    RECORD_STATE_LABEL,
-    UNLABELLED_RECORDS,
+    LEGACY_RECORDS,
     GPUBindRequest,
     GPUDevice,
     GPUUsageRecord,
     watched_record,
 )
+from gpu_binder.binder import ledger, ledgerwrites
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.events import MemoryRecorder, Recorder, merge
@@ -43,6 +42,7 @@ from gpu_binder.binder.steps import (
     records,
     release,
     requests,
+    reserved,
     sets,
     settings,
     status,
@@ -185,6 +185,8 @@ class Reconciler:
             return
         await self._run(records.usage_records, now, result)
         if not result.aborted:
+            await self._run(reserved.reserved_records, now, result)
+        if not result.aborted:
             # Only once the records it waits for are written: a VMI held for them may go.
             await self._run(records.usage_finalizers, now, result)
         if not result.aborted:
@@ -198,22 +200,19 @@ class Reconciler:
             self._export()
 
     async def _label_unlabelled_records(self, now: datetime, result: Result) -> None:
-        """A new leader's first pass: records opened before the record-state label (an
-        upgrade) are listed once and the open ones labelled, so the watch of open records
-        holds them and usage_records closes them; until it succeeds, every pass retries."""
+        """A new leader's first pass: records written before the ledger namespace (an
+        upgrade; binder.ledger.migration) are listed once and moved into it, labelled, so
+        the watch of open records holds them and usage_records closes them; until it
+        succeeds, every pass retries. Once moved, the list finds nothing."""
         try:
-            listed = await self.client.list(GPUUsageRecord, label_selector=UNLABELLED_RECORDS)
+            listed = await self.client.list(GPUUsageRecord, label_selector=LEGACY_RECORDS)
         except ApiError as e:
             result.errors.append(e)
             result.aborted = True
             return
         ctx = self._context(now)
-        for rec in listed.items:
-            if rec.spec.end is not None:
-                continue  # closed before the upgrade: immutable, only the usage report's
-            labels = {**rec.metadata.labels, RECORD_STATE_LABEL: RECORD_OPEN}
-            meta = rec.metadata.model_copy(update={"labels": labels})
-            ctx.plan.write("update", rec.model_copy(update={"metadata": meta}))
+        for verb, rec in ledger.migration(listed.items, self.config.ledger_namespace):
+            ctx.plan.write(verb, rec)
         await self._execute(ctx.plan, now, result)
 
     def _export(self) -> None:
@@ -357,8 +356,21 @@ class Reconciler:
                     # Recorded and closed already (closed records are not cached): the
                     # interval is not opened again (see records.usage_records).
                     key = (meta.namespace, meta.name)
-                    self.memory.closed_records[found.spec.device] = key
+                    self.memory.closed_records[(found.spec.device, found.spec.kind)] = key
                 return found
+        if w.verb == "open":
+            opened, copy = await ledgerwrites.open_record(c, w.obj)
+            if not watched_record(opened):
+                key = (opened.metadata.namespace, opened.metadata.name)
+                self.memory.closed_records[(opened.spec.device, opened.spec.kind)] = key
+            if copy is not None:
+                self.world.apply(WatchEvent("MODIFIED", copy))
+            return opened
+        if w.verb == "copy":
+            return await ledgerwrites.write_copy(c, w.obj)
+        if w.verb == "sync-copy":
+            self.memory.orphans_tried[w.obj.metadata.name] = w.obj
+            return await ledgerwrites.sync_copy(c, w.obj)
         if w.verb == "apply":
             return await c.apply(KubeVirt, w.obj.body)
         if w.verb == "finalizers":

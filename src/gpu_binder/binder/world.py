@@ -15,6 +15,7 @@ from typing import Any
 from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
     OPEN_RECORDS,
     USAGE_FINALIZER,
@@ -22,7 +23,9 @@ from gpu_binder.api.types import (
     GPUClass,
     GPUDevice,
     GPUUsageRecord,
+    RecordKind,
     RequestPhase,
+    is_copy,
     watched_record,
 )
 from gpu_binder.binder.deviceindex import DeviceIndex, discard_from
@@ -77,15 +80,29 @@ class World(Orders):
         self.cordoned: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
+        # Open records of the ledger (binder.ledger) by "namespace/name", and by name.
         self.records: dict[str, GPUUsageRecord] = {}
+        self.record_keys: dict[str, str] = {}
         self.open_records: set[str] = set()
-        self.open_by_device: dict[str, set[str]] = defaultdict(set)
+        # Open records by device, per kind.
+        self.open_attached: dict[str, set[str]] = defaultdict(set)
+        self.open_reserved: dict[str, set[str]] = defaultdict(set)
+        # Tenants' open copies of records, by name; those whose record is not open.
+        self.copies: dict[str, GPUUsageRecord] = {}
+        self.orphan_copies: set[str] = set()
         # Open records by VMI uid: its usage finalizer goes once it has none.
         self.open_by_vmi: dict[str, set[str]] = defaultdict(set)
         # VMIs holding the usage finalizer whose GPU use is over (see usage_over): the
         # binder removes it once their records are closed. Kept per event, so a pass looks
         # at the VMIs that changed into this state, not at every VMI.
         self.usage_held: set[str] = set()
+        # ResourceQuotas by "namespace/name" and by namespace; a namespace's limits on
+        # classes are read again only when its quotas (quota_gen) or the classes change.
+        self.quotas: dict[str, ResourceQuota] = {}
+        self.quotas_by_namespace: dict[str, set[str]] = defaultdict(set)
+        self.quota_gen: dict[str, int] = {}
+        self.quotas_changed = 0
+        self.quota_cache: dict[str, tuple[tuple[int, int], Any]] = {}
         self.kubevirt: dict[str, KubeVirt] = {}
         # Device classes the KubeVirt CR has served twice, per CR object and class generation
         # (binder.hostdevices.served_twice).
@@ -151,16 +168,12 @@ class World(Orders):
             # Only open records are cached (SELECTORS): a closed one, by an event or by the
             # response of the write that closed it, leaves the cache.
             deleted = deleted or not watched_record(obj)
-            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
-            _put(self.records, key, obj, deleted)
-            if not deleted:
-                self.open_records.add(key)
-                self.open_by_device[obj.spec.device].add(key)
-                self.open_by_vmi[obj.spec.vmi.uid].add(key)
+            if is_copy(obj):
+                self._apply_copy(obj, deleted)
             else:
-                self.open_records.discard(key)
-                discard_from(self.open_by_device, obj.spec.device, key)
-                discard_from(self.open_by_vmi, obj.spec.vmi.uid, key)
+                self._apply_record(obj, deleted)
+        elif isinstance(obj, ResourceQuota):
+            self._apply_quota(obj, deleted)
         elif isinstance(obj, KubeVirt):
             key = f"{obj.metadata.namespace}/{obj.metadata.name}"
             old = self.kubevirt.get(key)
@@ -171,6 +184,60 @@ class World(Orders):
                 self.devices.capacity_gen += 1
         elif isinstance(obj, Event):
             return
+
+    def _apply_quota(self, q: ResourceQuota, deleted: bool) -> None:
+        old = self.quotas.get(q.key)
+        _put(self.quotas, q.key, q, deleted)
+        ns = q.metadata.namespace
+        if deleted:
+            discard_from(self.quotas_by_namespace, ns, q.key)
+        else:
+            self.quotas_by_namespace[ns].add(q.key)
+        if deleted or old is None or (old.hard, old.scoped) != (q.hard, q.scoped):
+            self.quota_gen[ns] = self.quota_gen.get(ns, 0) + 1
+            self.quotas_changed += 1
+            # An order the quota held back may fit now; tried again like one that found
+            # no room (steps.orders).
+            self.devices.capacity_gen += 1
+
+    def _apply_record(self, rec: GPUUsageRecord, deleted: bool) -> None:
+        key = f"{rec.metadata.namespace}/{rec.metadata.name}"
+        name = rec.metadata.name
+        _put(self.records, key, rec, deleted)
+        by_device = (
+            self.open_attached if rec.spec.kind == RecordKind.ATTACHED else self.open_reserved
+        )
+        vmi_uid = rec.spec.vmi.uid if rec.spec.vmi is not None else ""
+        if not deleted:
+            self.open_records.add(key)
+            self.record_keys[name] = key
+            self.orphan_copies.discard(name)
+            by_device[rec.spec.device].add(key)
+            if vmi_uid:
+                self.open_by_vmi[vmi_uid].add(key)
+        else:
+            self.open_records.discard(key)
+            if self.record_keys.get(name) == key:
+                del self.record_keys[name]
+                if name in self.copies:
+                    self.orphan_copies.add(name)
+            discard_from(by_device, rec.spec.device, key)
+            if vmi_uid:
+                discard_from(self.open_by_vmi, vmi_uid, key)
+
+    def _apply_copy(self, copy: GPUUsageRecord, deleted: bool) -> None:
+        """A tenant's open copy of a record (binder.ledger); one whose record is not open
+        any more is an orphan, which the records step closes from the ledger. A record
+        from before the ledger that has become a copy leaves the records."""
+        name = copy.metadata.name
+        legacy = f"{copy.metadata.namespace}/{name}"
+        if legacy in self.records:
+            self._apply_record(self.records[legacy], deleted=True)
+        _put(self.copies, name, copy, deleted)
+        if not deleted and name not in self.record_keys:
+            self.orphan_copies.add(name)
+        else:
+            self.orphan_copies.discard(name)
 
     def put_device(self, d: GPUDevice) -> None:
         """Write-through: the response of the binder's own write, or a staged decision."""
@@ -378,7 +445,8 @@ def demands_of(
 
 
 # Every kind the binder's world caches, in the order a fresh binder lists them: classes and
-# nodes before the devices classified by them. KubeVirt's CR only for the settings step.
+# nodes before the devices classified by them. KubeVirt's CR only for the settings step;
+# ResourceQuotas for the GPU quotas (binder.quota).
 WATCHED: tuple[type[Any], ...] = (
     GPUClass,
     Node,
@@ -389,6 +457,7 @@ WATCHED: tuple[type[Any], ...] = (
     GPUUsageRecord,
     KubeVirt,
     ControllerRevision,
+    ResourceQuota,
 )
 
 # The label selector a kind in WATCHED is listed and watched with: only open usage records,

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gpu_binder.api.types import GPUUsageRecord
+from gpu_binder.binder.ledger import of_ledger
 from gpu_binder.demo import scenario, view
 from gpu_binder.sim.cluster import Cluster
 
@@ -20,7 +21,7 @@ def summary(c: Cluster) -> Table:
     reasons: dict[str, int] = {}
     for n in c.notes():
         reasons[n.reason] = reasons.get(n.reason, 0) + 1
-    records = c.client.objects(GPUUsageRecord)
+    records = of_ledger(c.client.objects(GPUUsageRecord))
     t = Table(title="summary")
     t.add_column("what")
     t.add_column("count", justify="right")

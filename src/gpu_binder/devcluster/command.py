@@ -72,9 +72,10 @@ async def apply(client: KubeClient, doc: dict[str, Any]) -> None:
 
 
 async def prepare(client: KubeClient, nodes: int, gpus: int) -> None:
-    for doc in yaml.safe_load_all((fleet.DEPLOY / "binder" / "rbac.yaml").read_text()):
-        if doc:
-            await apply(client, doc)
+    for path in (fleet.DEPLOY / "ledger" / "ledger.yaml", fleet.DEPLOY / "binder" / "rbac.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                await apply(client, doc)
     await apply(client, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubevirt"}})
     await apply(
         client,

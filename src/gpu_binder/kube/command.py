@@ -60,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
         type=names,
         help="namespaces whose VMIs the webhook passes untouched, comma-separated",
     )
+    add(
+        "--ledger-namespace",
+        default=d.ledger_namespace,
+        help="where every usage record lives; tenants read copies in their own namespaces",
+    )
     add("--kubevirt-namespace", default=d.kubevirt_namespace)
     add("--kubevirt-name", default=d.kubevirt_name)
     add("--leader-elect", default=True, type=boolean, help="false: reconcile without a lease")
@@ -130,6 +135,7 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
         excluded_namespaces=args.excluded_namespaces,
         kubevirt_namespace=args.kubevirt_namespace,
         kubevirt_name=args.kubevirt_name,
+        ledger_namespace=args.ledger_namespace,
     )
     webhook = (
         WebhookOptions(

@@ -20,6 +20,7 @@ from typing import Any
 from gpu_binder.api.kinds import KubeVirt, resource_of
 from gpu_binder.api.types import GPUBindRequest
 from gpu_binder.binder.config import Config
+from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import SELECTORS, WATCHED, World
@@ -29,6 +30,7 @@ from gpu_binder.kube.client import KubeClient
 from gpu_binder.kube.controller import Controller
 from gpu_binder.kube.events import BackgroundRecorder
 from gpu_binder.kube.leaderelection import LeaderElector, Timings
+from gpu_binder.kube.ledgerfold import fold
 from gpu_binder.kube.metrics import RunMetrics
 from gpu_binder.kube.metricsauth import TokenAuthorizer
 from gpu_binder.kube.metricsserver import MetricsServer
@@ -93,6 +95,13 @@ class Manager:
         # Its times are the binder's own observations (World.seen_running).
         self.world = World(clock=clock or (lambda: datetime.now(UTC)))
         self.metrics = Metrics()
+        # GPU-seconds of the ledger, exported by every replica (binder.ledgertotals).
+        self.totals = LedgerTotals()
+        self.metrics.gpu_seconds.world = self.world
+        self.metrics.gpu_seconds.totals = self.totals
+        if clock is not None:
+            self.metrics.gpu_seconds.clock = clock
+        self._fold: asyncio.Task[None] | None = None
         self.run_metrics = RunMetrics(self.metrics.registry)
         self.queue = WorkQueue(first=[REQUESTS_KEY])
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
@@ -171,6 +180,9 @@ class Manager:
 
     async def start(self) -> None:
         self.informers.start()
+        self._fold = asyncio.create_task(
+            fold(self.client, self.config.ledger_namespace, self.totals), name="ledger-fold"
+        )
         self.recorder.start()
         webhook = self.options.webhook
         metrics_tls = self._metrics_tls()
@@ -223,6 +235,9 @@ class Manager:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.recorder.stop()
+        if self._fold is not None:
+            self._fold.cancel()
+            await asyncio.gather(self._fold, return_exceptions=True)
         await self.informers.stop()
         log.info("stopped", extra={"identity": self.options.identity})
 

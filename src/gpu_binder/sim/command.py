@@ -21,6 +21,7 @@ from typing import Any
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord
 from gpu_binder.binder.config import Config
+from gpu_binder.binder.ledger import of_ledger
 from gpu_binder.replay.order import Order, orders_from_pods
 from gpu_binder.replay.trace import Node, TraceError, load_nodes, load_pods
 from gpu_binder.sim.chaos import FAULT_ODDS, Workload, build, fault, step
@@ -129,7 +130,7 @@ def figures(c: Cluster) -> dict[str, int]:
     reasons: dict[str, int] = {}
     for note in c.notes():
         reasons[note.reason] = reasons.get(note.reason, 0) + 1
-    records = c.client.objects(GPUUsageRecord)
+    records = of_ledger(c.client.objects(GPUUsageRecord))
     stats, kubevirt = c.stats, c.kubevirt
     return {
         "binds": reasons.get("GPUOrder", 0) + reasons.get("GPURequest", 0),
@@ -172,7 +173,7 @@ def gpu_hours_billed(c: Cluster) -> float:
     now = c.clock()
     seconds = sum(
         ((r.spec.end or now) - r.spec.start).total_seconds()
-        for r in c.client.objects(GPUUsageRecord)
+        for r in of_ledger(c.client.objects(GPUUsageRecord))
     )
     return round(seconds / 3600, 2)
 

@@ -29,6 +29,7 @@ from gpu_binder.api.types import (
     GPUUsageRecord,
     ObjectRef,
     Phase,
+    is_copy,
 )
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
@@ -421,16 +422,19 @@ class InvariantChecker:
         return out
 
     def _on_record(self, r: GPUUsageRecord, deleted: bool) -> None:
+        if is_copy(r) or r.spec.vmi is None:
+            return  # a tenant's copy, or a Reserved record: (6) judges attachments' records
         key = f"{r.metadata.namespace}/{r.metadata.name}"
-        interval = (r.spec.vmi.uid, r.spec.device)
+        vmi_uid = r.spec.vmi.uid
+        interval = (vmi_uid, r.spec.device)
         prev = self._record_objs.get(key)
         if prev is not None and prev.spec.end is not None and (deleted or prev.spec != r.spec):
             self._pending.append(f"(6) closed usage record {key} was changed or deleted")
-        open_of = self._open_by_uid[r.spec.vmi.uid]
+        open_of = self._open_by_uid[vmi_uid]
         if deleted or r.spec.end is not None:
             open_of.discard(key)
             if not open_of:
-                del self._open_by_uid[r.spec.vmi.uid]
+                del self._open_by_uid[vmi_uid]
         else:
             open_of.add(key)
         if deleted:

@@ -9,18 +9,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, date, datetime
-from typing import cast
+from pathlib import Path
+from typing import TypeVar, cast
 
-from gpu_binder.client.errors import ApiError
+from gpu_binder.client.errors import ApiError, Forbidden
 from gpu_binder.client.interface import Client
-from gpu_binder.usage.ledger import DIMENSIONS, Dimension, Period
+from gpu_binder.usage import statefile
+from gpu_binder.usage.export import export
+from gpu_binder.usage.ledger import (
+    DEFAULT_LEDGER,
+    DIMENSIONS,
+    KINDS,
+    Dimension,
+    Entry,
+    Period,
+    Summary,
+    Where,
+)
 from gpu_binder.usage.report import FORMATS, Format, render, rfc3339
 
 PROG = "gpu-binder usage"
+R = TypeVar("R")
 DEFAULT_BY: tuple[Dimension, ...] = ("namespace", "class")
 
 # Builds the API client from --kubeconfig and --context (None: in-cluster, or $KUBECONFIG).
@@ -101,7 +116,34 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every namespace's records (the default)",
     )
-    when = p.add_mutually_exclusive_group(required=True)
+    p.add_argument(
+        "--ledger-namespace",
+        default=os.environ.get("GPU_BINDER_LEDGER_NAMESPACE", DEFAULT_LEDGER),
+        metavar="NS",
+        help=f"where the ledger lives (default {DEFAULT_LEDGER}, or $GPU_BINDER_LEDGER_NAMESPACE)",
+    )
+    p.add_argument(
+        "--copies",
+        action="store_true",
+        help="read the tenant's copies in -n's namespace instead of the ledger, as a tenant "
+        "may (also done when the ledger may not be read)",
+    )
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="all",
+        help="attached: GPUs in use by VMIs; reserved: GPUs bound to stopped VMs; all: both, "
+        "side by side (the default)",
+    )
+    p.add_argument(
+        "--since-last",
+        metavar="FILE",
+        type=Path,
+        help="bill what the ledger says was used since the export that wrote FILE, and "
+        "write it again: runs at any times bill no second twice and drop none (the first "
+        "needs --from; see README)",
+    )
+    when = p.add_mutually_exclusive_group()
     when.add_argument(
         "--from",
         dest="start",
@@ -138,6 +180,8 @@ def parser() -> argparse.ArgumentParser:
 
 def period_of(p: argparse.ArgumentParser, args: argparse.Namespace, now: datetime) -> Period:
     """The period the flags name; a bad combination is an argparse error (exit code 2)."""
+    if args.start is None and args.month is None:
+        p.error("one of the arguments --from --month is required")
     if args.month is not None:
         if args.end is not None:
             p.error("--to cannot be given with --month, which names its own end")
@@ -157,29 +201,61 @@ def by_of(args: argparse.Namespace) -> tuple[Dimension, ...]:
     return tuple(dict.fromkeys(d for group in given for d in group))
 
 
+def where_of(args: argparse.Namespace) -> Where:
+    return Where(args.namespace, args.ledger_namespace, bool(args.copies))
+
+
+async def _read(
+    client: Client, where: Where, read: Callable[[Where], Awaitable[R]]
+) -> tuple[R, Where]:
+    """read(where); a tenant the ledger refuses reads its copies instead, told on stderr."""
+    try:
+        return await read(where), where
+    except Forbidden as e:
+        if where.copies or not where.namespace:
+            raise
+        copies = replace(where, copies=True)
+        print(
+            f"{PROG}: cannot read {where.describe()} ({e.message}); reading {copies.describe()}",
+            file=sys.stderr,
+        )
+        return await read(copies), copies
+
+
 async def report(
     args: argparse.Namespace,
-    period: Period,
+    period: Period | None,
     now: datetime,
     connect: Connect,
 ) -> int:
     # Imported here: the API client's modules take a while to load, bad arguments need none.
-    from gpu_binder.usage.source import read_ledger
+    from gpu_binder.usage.source import read_entries, read_ledger
 
     try:
         client = await connect(args.kubeconfig, args.context)
     except Exception as e:  # the factory's own error: no kubeconfig, no in-cluster config
         print(f"{PROG}: no API connection: {e}", file=sys.stderr)
         return 1
+    by, kind = by_of(args), args.kind
     try:
-        reading = await read_ledger(
-            client,
-            period,
-            by_of(args),
-            now,
-            namespace=args.namespace,
-            chunk_size=args.chunk_size,
-        )
+        if period is not None:
+            reading, _ = await _read(
+                client,
+                where_of(args),
+                lambda w: read_ledger(
+                    client, period, by, now, where=w, chunk_size=args.chunk_size, kind=kind
+                ),
+            )
+            summary, skipped, extra = reading.summary, reading.skipped, None
+        else:
+            (entries, skipped_list), where = await _read(
+                client, where_of(args), lambda w: read_entries(client, w, args.chunk_size)
+            )
+            skipped = tuple(skipped_list)
+            done = exported(args, entries, now, where)
+            if isinstance(done, int):
+                return done
+            summary, extra = done
     except ApiError as e:
         print(f"{PROG}: cannot list GPUUsageRecords: {e.message}", file=sys.stderr)
         return 1
@@ -188,11 +264,48 @@ async def report(
         close: Callable[[], Awaitable[None]] | None = getattr(client, "close", None)
         if close is not None:
             await close()
-    for s in reading.skipped:
+    for s in skipped:
         print(f"{PROG}: skipped record {s.record}: {s.reason}", file=sys.stderr)
     fmt: Format = args.format
-    sys.stdout.write(render(reading.summary, fmt, args.namespace, reading.skipped))
+    sys.stdout.write(render(summary, fmt, args.namespace, skipped, extra))
+    if period is None:
+        statefile.commit(args.since_last)
     return 0
+
+
+def exported(
+    args: argparse.Namespace, entries: list[Entry], now: datetime, where: Where
+) -> tuple[Summary, dict[str, object]] | int:
+    """The export since the state file's last one (usage.export); its new state staged
+    for statefile.commit once the report is out. An int: the exit code of a refusal."""
+    scope: dict[str, str | None] = {"namespace": args.namespace, "kind": args.kind}
+    path: Path = args.since_last
+    try:
+        state = statefile.load(path, args.start, scope)
+    except statefile.Refused as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    to = args.end if args.end is not None else now
+    if to <= state.to:
+        print(
+            f"{PROG}: {path} exported until {rfc3339(state.to)} already; --to "
+            f"({rfc3339(to)}) must be after it",
+            file=sys.stderr,
+        )
+        return 2
+    run = export(entries, state, to, by_of(args), now, args.kind)
+    statefile.stage(path, run.state)
+    extra: dict[str, object] = {
+        "since_last": {
+            "state": str(path),
+            "from": rfc3339(state.to),
+            "to": rfc3339(to),
+            "origin": rfc3339(state.origin),
+            "corrections": run.corrections,
+            "source": where.describe(),
+        }
+    }
+    return run.summary, extra
 
 
 async def _real_connect(kubeconfig: str | None, context: str | None) -> Client:
@@ -214,8 +327,16 @@ def main_usage(
         args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
         if args.chunk_size < 0:
             p.error("--chunk-size must be 0 or more")
-        period = period_of(p, args, now)
+        if args.copies and not args.namespace:
+            p.error("--copies reads one tenant's copies: give its namespace with -n")
+        period: Period | None = None
+        if args.since_last is not None:
+            if args.month is not None:
+                p.error("--since-last exports from where the last export ended: not --month")
+        else:
+            period = period_of(p, args, now)
     except SystemExit as e:
         # argparse exits on --help (0) and on bad arguments (2); callers get the code.
         return e.code if isinstance(e.code, int) else 2
-    return asyncio.run(report(args, period, now, connect or _real_connect))
+    with statefile.locked(args.since_last):
+        return asyncio.run(report(args, period, now, connect or _real_connect))

@@ -11,10 +11,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from gpu_binder.api.types import GPUUsageRecord
+from gpu_binder.api.types import RECORD_NAMESPACE_LABEL, GPUUsageRecord, RecordKind
+from gpu_binder.binder.config import Config
 
 Dimension = Literal["namespace", "vm", "class", "node"]
 DIMENSIONS: tuple[Dimension, ...] = ("namespace", "vm", "class", "node")
+# Which records a bill counts: GPU time in use by VMIs, GPUs reserved for stopped VMs
+# (bound with no VMI on them), or both, side by side.
+Kind = Literal["attached", "reserved", "all"]
+KINDS: tuple[Kind, ...] = ("attached", "reserved", "all")
 ZERO = timedelta(0)
 
 
@@ -58,7 +63,10 @@ class Entry:
     class_name: str
     node: str
     start: datetime
-    end: datetime | None  # None while the attachment lasts
+    end: datetime | None  # None while the interval lasts
+    kind: Literal["attached", "reserved"] = "attached"
+    # When the API server stored the record (for exports, see usage.export).
+    created: datetime | None = None
 
     def key(self, dimension: Dimension) -> str:
         if dimension == "namespace":
@@ -74,7 +82,7 @@ class Entry:
 def entry_of(record: GPUUsageRecord) -> Entry:
     """The record as an Entry; Malformed when its times cannot be billed."""
     meta, spec = record.metadata, record.spec
-    if not meta.namespace:
+    if not record.tenant:
         raise Malformed("it has no namespace")
     if spec.start.tzinfo is None:
         raise Malformed(f"spec.start {spec.start.isoformat()} has no time zone")
@@ -86,13 +94,15 @@ def entry_of(record: GPUUsageRecord) -> Entry:
                 f"spec.end {spec.end.isoformat()} is before spec.start {spec.start.isoformat()}"
             )
     return Entry(
-        namespace=meta.namespace,
+        namespace=record.tenant,
         name=meta.name,
         vm=spec.vm,
         class_name=spec.class_name,
         node=spec.node_name,
         start=spec.start,
         end=spec.end,
+        kind="reserved" if spec.kind == RecordKind.RESERVED else "attached",
+        created=meta.creation_timestamp,
     )
 
 
@@ -105,12 +115,18 @@ def clip(entry: Entry, period: Period, now: datetime) -> timedelta:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """The GPU time of the records sharing one key, and how many records made it."""
+    """The GPU time of the records sharing one key, attached and reserved, and how many
+    records made it."""
 
     key: tuple[str, ...]
     records: int
-    usage: timedelta
+    attached: timedelta
+    reserved: timedelta
     classes: tuple[str, ...]
+
+    @property
+    def usage(self) -> timedelta:
+        return self.attached + self.reserved
 
     @property
     def gpu_seconds(self) -> float:
@@ -123,6 +139,7 @@ class Summary:
     now: datetime
     by: tuple[Dimension, ...]
     groups: tuple[Group, ...]  # in order of their keys
+    kind: Kind = "all"
 
     @property
     def total(self) -> Group:
@@ -130,7 +147,8 @@ class Summary:
         return Group(
             key=(),
             records=sum(g.records for g in self.groups),
-            usage=sum((g.usage for g in self.groups), ZERO),
+            attached=sum((g.attached for g in self.groups), ZERO),
+            reserved=sum((g.reserved for g in self.groups), ZERO),
             classes=tuple(classes),
         )
 
@@ -138,37 +156,91 @@ class Summary:
 class Ledger:
     """Sums entries into groups as they arrive, so a long list is never held whole."""
 
-    def __init__(self, period: Period, by: Iterable[Dimension], now: datetime) -> None:
+    def __init__(
+        self, period: Period, by: Iterable[Dimension], now: datetime, kind: Kind = "all"
+    ) -> None:
         self.period = period
         self.by = tuple(by)
         self.now = now
-        self._usage: dict[tuple[str, ...], timedelta] = {}
+        self.kind = kind
+        self._usage: dict[tuple[str, ...], dict[str, timedelta]] = {}
         self._records: dict[tuple[str, ...], int] = {}
         self._classes: dict[tuple[str, ...], set[str]] = {}
 
-    def add(self, entry: Entry) -> None:
-        used = clip(entry, self.period, self.now)
-        # A record with no time inside the period is not part of this bill at all.
-        if used <= ZERO:
+    def counts(self, entry: Entry) -> bool:
+        """Whether the bill counts entries of its kind."""
+        return self.kind == "all" or entry.kind == self.kind
+
+    def add(self, entry: Entry, used: timedelta | None = None) -> None:
+        """Count entry's time inside the period, or `used` (an export's change, which may
+        be negative: see usage.export)."""
+        if not self.counts(entry):
+            return
+        if used is None:
+            used = clip(entry, self.period, self.now)
+            # A record with no time inside the period is not part of this bill at all.
+            if used <= ZERO:
+                return
+        elif used == ZERO:
             return
         key = tuple(entry.key(d) for d in self.by)
-        self._usage[key] = self._usage.get(key, ZERO) + used
+        per_kind = self._usage.setdefault(key, {})
+        per_kind[entry.kind] = per_kind.get(entry.kind, ZERO) + used
         self._records[key] = self._records.get(key, 0) + 1
         self._classes.setdefault(key, set()).add(entry.class_name)
 
     def summary(self) -> Summary:
         groups = tuple(
-            Group(key, self._records[key], self._usage[key], tuple(sorted(self._classes[key])))
+            Group(
+                key,
+                self._records[key],
+                self._usage[key].get("attached", ZERO),
+                self._usage[key].get("reserved", ZERO),
+                tuple(sorted(self._classes[key])),
+            )
             for key in sorted(self._usage)
         )
-        return Summary(self.period, self.now, self.by, groups)
+        return Summary(self.period, self.now, self.by, groups, self.kind)
 
 
 def summarize(
-    entries: Iterable[Entry], period: Period, by: Iterable[Dimension], now: datetime
+    entries: Iterable[Entry],
+    period: Period,
+    by: Iterable[Dimension],
+    now: datetime,
+    kind: Kind = "all",
 ) -> Summary:
     """The GPU time of entries inside period, per group of the dimensions in by."""
-    ledger = Ledger(period, by, now)
+    ledger = Ledger(period, by, now, kind)
     for entry in entries:
         ledger.add(entry)
     return ledger.summary()
+
+
+DEFAULT_LEDGER = Config().ledger_namespace
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Which records a read lists: the ledger's (every tenant's, or one tenant's by its
+    label), or a tenant's copies in its own namespace (what a tenant may read)."""
+
+    namespace: str | None = None  # the tenant; None: every tenant
+    ledger: str = DEFAULT_LEDGER
+    copies: bool = False
+
+    @property
+    def listed(self) -> str:
+        """The namespace listed."""
+        return (self.namespace or "") if self.copies else self.ledger
+
+    @property
+    def selector(self) -> str | None:
+        if self.copies or not self.namespace:
+            return None
+        return f"{RECORD_NAMESPACE_LABEL}={self.namespace}"
+
+    def describe(self) -> str:
+        if self.copies:
+            return f"the copies in namespace {self.namespace}"
+        return f"the ledger (namespace {self.ledger})"

@@ -14,18 +14,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpu_binder.api.kinds import resource_of
-from gpu_binder.api.types import GPUUsageRecord
+from gpu_binder.api.types import GPUUsageRecord, is_copy
 from gpu_binder.client.errors import Gone
 from gpu_binder.client.interface import Client
 from gpu_binder.kube.client import KubeClient, path
 from gpu_binder.usage.ledger import (
     Dimension,
     Entry,
+    Kind,
     Ledger,
     Malformed,
     Period,
     Skipped,
     Summary,
+    Where,
     entry_of,
 )
 
@@ -42,16 +44,18 @@ async def read_ledger(
     by: Iterable[Dimension],
     now: datetime,
     *,
-    namespace: str | None = None,
+    where: Where | None = None,
     chunk_size: int | None = None,
+    kind: Kind = "all",
 ) -> Reading:
-    """The GPU time of the records in namespace (None: all), summed as they are read."""
+    """The GPU time of the records `where` says, summed as they are read."""
     by = tuple(by)
+    where = where or Where()
     limit = chunk_size
     while True:
-        ledger, skipped = Ledger(period, by, now), []
+        ledger, skipped = Ledger(period, by, now, kind), []
         try:
-            async for item in _entries(client, namespace, limit):
+            async for item in _entries(client, where, limit):
                 if isinstance(item, Skipped):
                     skipped.append(item)
                 else:
@@ -65,23 +69,48 @@ async def read_ledger(
         return Reading(ledger.summary(), tuple(skipped))
 
 
+async def read_entries(
+    client: Client, where: Where, chunk_size: int | None = None
+) -> tuple[list[Entry], list[Skipped]]:
+    """Every record `where` says, as entries (an export needs each one)."""
+    limit = chunk_size
+    while True:
+        entries: list[Entry] = []
+        skipped: list[Skipped] = []
+        try:
+            async for item in _entries(client, where, limit):
+                if isinstance(item, Skipped):
+                    skipped.append(item)
+                else:
+                    entries.append(item)
+        except Gone:
+            if limit == 0:
+                raise
+            limit = 0
+            continue
+        return entries, skipped
+
+
 async def _entries(
-    client: Client, namespace: str | None, limit: int | None
+    client: Client, where: Where, limit: int | None
 ) -> AsyncIterator[Entry | Skipped]:
     if isinstance(client, KubeClient):
-        async for raw in _raw_items(client, namespace, limit):
+        async for raw in _raw_items(client, where, limit):
             yield parse_item(raw)
         return
     # Any other client (the in-memory one) hands out typed records, already parsed.
-    for record in (await client.list(GPUUsageRecord, namespace)).items:
+    listed = await client.list(GPUUsageRecord, where.listed or None, label_selector=where.selector)
+    for record in listed.items:
+        if not where.copies and is_copy(record):
+            continue
         yield _entry(record)
 
 
-async def _raw_items(
-    client: KubeClient, namespace: str | None, limit: int | None
-) -> AsyncIterator[Any]:
-    url = path(resource_of(GPUUsageRecord), namespace or "")
+async def _raw_items(client: KubeClient, where: Where, limit: int | None) -> AsyncIterator[Any]:
+    url = path(resource_of(GPUUsageRecord), where.listed)
     query: dict[str, str] = {}
+    if where.selector:
+        query["labelSelector"] = where.selector
     if limit != 0:
         query["limit"] = str(limit or client.page_size)
     while True:

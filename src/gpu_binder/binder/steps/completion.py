@@ -6,11 +6,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, GPUDevice, Phase
-from gpu_binder.binder import ops
+from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import set_node
 from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.placing import class_policy
+from gpu_binder.binder.quota import Exceeded
 from gpu_binder.placement import main_class, resolve
 
 
@@ -19,10 +20,16 @@ class Outcome:
     node: str
     devices: tuple[str, ...]
     message: str
+    # Set when the namespace's quota refused the bind (the message says so).
+    quota: Exceeded | None = None
 
     @property
     def ok(self) -> bool:
         return not self.message
+
+
+def _over(exceeded: Exceeded) -> Outcome:
+    return Outcome("", (), exceeded.message, exceeded)
 
 
 def current_set(ctx: Context, key: str) -> list[GPUDevice]:
@@ -85,6 +92,20 @@ def complete(
     refused = sorted(c for c in need if c in twice)
     if refused:
         return Outcome("", (), f"class {refused[0]} is not served: {twice[refused[0]]}")
+    # The namespace's quota, before any search for room: its Lost devices, which leave
+    # the set once it is complete, count as gone.
+    namespace = key.partition("/")[0]
+    usable = {d.metadata.name for d in have}
+    leaving = held([d for d in ctx.world.devices.set_of(key) if d.metadata.name not in usable])
+    if have or not alternatives:
+        over = quota.admits(ctx.world, namespace, need, leaving)
+        if over is not None:
+            return _over(over)
+    else:
+        steered = quota.steer(ctx.world, namespace, order, alternatives, leaving)
+        if isinstance(steered, Exceeded):
+            return _over(steered)
+        order, alternatives = steered
     if have:
         placed = ops.place(ctx, need, only=node, key=key)
         if placed is not None:
@@ -102,6 +123,11 @@ def complete(
         placed = ops.place(ctx, order, exclude=node, key=key, alternatives=alternatives)
         if placed is None:
             return Outcome("", (), ops.shortfall(ctx, order, key))
+        # Moved whole, it may take another class it accepts: held to that class's quota.
+        gone = held(ctx.world.devices.set_of(key))
+        over = quota.admits(ctx.world, namespace, held(list(placed.devices)), gone)
+        if over is not None:
+            return _over(over)
         for d in placed.devices:
             ops.bind(
                 ctx,

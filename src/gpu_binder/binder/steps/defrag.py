@@ -62,6 +62,8 @@ def defrag(ctx: Context) -> None:
             break
         if clean.get(key) == world.devices.gen or not wants_to_run(ctx, key):
             continue
+        if key in ctx.memory.quota_blocked:
+            continue  # its quota, not room, holds it back: moving others would not help
         examined += 1
         moved = make_room(ctx, key, budget)
         if moved:

@@ -30,6 +30,10 @@ def order_keys(ctx: Context) -> list[str]:
             # Something freed: orders that found no room may find it now.
             ctx.memory.unplaceable_checked = world.capacity_gen
             changed = changed | set(ctx.memory.unplaceable)
+        # A GPU given up in its namespace: an order its quota held back may fit now.
+        changed = changed | {
+            k for k in ctx.memory.quota_blocked if ctx.memory.unplaceable.get(k) != _memo(ctx, k)
+        }
         candidates = sorted(changed)
     keys = []
     for k in candidates:
@@ -56,6 +60,7 @@ def _forget(ctx: Context, key: str) -> None:
     memory = ctx.memory
     memory.order_deadlines.discard(key)  # nothing left to run out
     memory.unplaceable.pop(key, None)
+    memory.quota_blocked.discard(key)
     for step in ("orders", "defrag"):  # the verdicts kept about orders waiting for room
         clean = memory.verdicts(step)
         clean.pop(key, None)
@@ -149,8 +154,18 @@ def orders(ctx: Context) -> None:
         largest.clear()  # a bind changes what is free
         if outcome.ok:
             ctx.memory.unplaceable.pop(key, None)
+            ctx.memory.quota_blocked.discard(key)
             ctx.unsay(f"order/{key}")
+        elif outcome.quota is not None:
+            # It waits for its namespace's GPUs or quota, not for room: no room is made.
+            ctx.memory.quota_blocked.add(key)
+            ctx.memory.unplaceable[key] = _memo(ctx, key)
+            ctx.say(
+                f"order/{key}",
+                ops.vm_note(ctx, key, "GPUQuotaExceeded", outcome.message, warning=True),
+            )
         else:
+            ctx.memory.quota_blocked.discard(key)
             if key not in ctx.memory.unplaceable:
                 ctx.memory.defrag_wanted = True  # a new order waits: room may be made for it
             ctx.memory.unplaceable[key] = _memo(ctx, key)
@@ -184,6 +199,7 @@ def _hopeless(ctx: Context, key: str, order: dict[str, int], largest: dict[str, 
     return True
 
 
-def _memo(ctx: Context, key: str) -> tuple[int, int | None, int]:
+def _memo(ctx: Context, key: str) -> tuple[int, int | None, int, int]:
     w = ctx.world
-    return (w.capacity_gen, w.devices.key_gen.get(key), w.class_gen)
+    released = w.devices.released_in.get(key.partition("/")[0], 0)
+    return (w.capacity_gen, w.devices.key_gen.get(key), w.class_gen, released)

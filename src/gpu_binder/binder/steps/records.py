@@ -1,31 +1,20 @@
-"""Usage records: one per attachment interval, opened and closed idempotently; and the
-usage finalizer, which holds a VMI until its records are closed."""
+"""Usage records of attachments: one per attachment interval, opened and closed
+idempotently in the ledger (binder.ledger) with the tenant's copy beside; copies whose
+record closed without them are closed from the ledger; and the usage finalizer, which
+holds a VMI until its records are closed. Reserved intervals are steps.reserved's."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from gpu_binder.api.kubevirt import VirtualMachineInstance
-from gpu_binder.api.meta import ObjectMeta
-from gpu_binder.api.types import (
-    RECORD_CLOSED,
-    RECORD_OPEN,
-    RECORD_STATE_LABEL,
-    USAGE_FINALIZER,
-    GPUDevice,
-    GPUUsageRecord,
-    GPUUsageRecordSpec,
-    VMRef,
-    usage_record_name,
-)
+from gpu_binder.api.types import USAGE_FINALIZER, RecordKind, usage_record_name
+from gpu_binder.binder import ledger
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.steps.release import in_use
-
-RECORD_LABEL_VM = "gpu.cozystack.io/vm"
+from gpu_binder.binder.intervals import attached_end, attached_open, in_use
 
 
 def usage_records(ctx: Context) -> None:
     world = ctx.world
+    book = ctx.config.ledger_namespace
     scope = ctx.scope.events_only()
     # What was judged already, by object identity: an unchanged pair needs no new look.
     opened = ctx.memory.verdicts("records-open")
@@ -39,24 +28,26 @@ def usage_records(ctx: Context) -> None:
         cached = opened.get(name)
         if isinstance(cached, tuple) and cached[0] is d and cached[1] is vmi:
             continue
-        if not in_use(ctx, d):
+        if not in_use(world, d):
             continue
         rname = usage_record_name(att.vmi.uid, name)
         # Recorded: open in the cache, or found closed already (only open ones are cached;
         # see Reconciler._write) — an interval is never opened twice.
-        if f"{att.vmi.namespace}/{rname}" in world.records or ctx.memory.closed_records.get(
-            name
-        ) == (att.vmi.namespace, rname):
+        if f"{book}/{rname}" in world.records or ctx.memory.closed_records.get(
+            (name, RecordKind.ATTACHED)
+        ) == (book, rname):
             opened[name] = (d, vmi)
             continue
-        ctx.plan.write("create", _open(d, rname))
+        ledger.stage(ctx.plan, "create", ledger.attached(d, book), book, world.copies.get(rname))
     keys: list[str] = []
     if scope.full:
-        keys = sorted(world.open_records)
+        keys = sorted(
+            k for k in world.open_records if world.records[k].spec.kind == RecordKind.ATTACHED
+        )
     else:
         wanted: set[str] = set()
-        for name in scope.devices_of_interest(world, world.open_by_device):
-            wanted.update(world.open_by_device[name])
+        for name in scope.devices_of_interest(world, world.open_attached):
+            wanted.update(world.open_attached[name])
         # And those of VMIs the usage finalizer holds, whatever route their change took:
         # such a VMI goes only once they are closed.
         for vmi_key in world.usage_held:
@@ -65,68 +56,37 @@ def usage_records(ctx: Context) -> None:
     for key in keys:
         rec = world.records[key]
         dev = world.devices.get(rec.spec.device)
-        att = dev.status.attachment if dev is not None else None
-        vmi = world.vmis.get(f"{rec.metadata.namespace}/{rec.spec.vmi.name}")
+        vmi = world.vmis.get(f"{rec.tenant}/{rec.spec.vmi.name}") if rec.spec.vmi else None
+        copy = world.copies.get(rec.metadata.name)
         cached = judged.get(key)
-        if isinstance(cached, tuple) and cached[0] is rec and cached[1] is dev and cached[2] is vmi:
-            continue
-        # Judged on the VMI too, not the attachment alone: with the binder disabled nothing
-        # clears the attachment of an ended VMI, and billing must stop when the VMI ends.
         if (
-            dev is not None
-            and att is not None
-            and att.vmi.uid == rec.spec.vmi.uid
-            and in_use(ctx, dev)
+            isinstance(cached, tuple)
+            and cached[0] is rec
+            and cached[1] is dev
+            and cached[2] is vmi
+            and cached[3] is copy
         ):
-            judged[key] = (rec, dev, vmi)
             continue
-        end = _clamped_end(ctx, rec, dev)
-        spec = rec.spec.model_copy(update={"end": end})
-        # Closed, it leaves the binder's selection (OPEN_RECORDS) in the same write.
-        labels = {**rec.metadata.labels, RECORD_STATE_LABEL: RECORD_CLOSED}
-        meta = rec.metadata.model_copy(update={"labels": labels})
-        ctx.plan.write("update", rec.model_copy(update={"metadata": meta, "spec": spec}))
+        if attached_open(world, rec, dev):
+            ledger.keep_copy(ctx.plan, world.copies, rec, book)
+            judged[key] = (rec, dev, vmi, copy)
+            continue
+        end = attached_end(world, ctx.now, rec, dev)
+        ledger.stage(ctx.plan, "update", ledger.closed(rec, end), book, copy)
+    close_orphan_copies(ctx)
 
 
-def _open(d: GPUDevice, rname: str) -> GPUUsageRecord:
-    att, binding = d.status.attachment, d.status.binding
-    assert att is not None
-    vm = binding.vm.name if binding is not None else att.vmi.name
-    labels = {RECORD_LABEL_VM: vm, RECORD_STATE_LABEL: RECORD_OPEN}
-    return GPUUsageRecord(
-        metadata=ObjectMeta(name=rname, namespace=att.vmi.namespace, labels=labels),
-        spec=GPUUsageRecordSpec(
-            vm=vm,
-            vmi=VMRef(name=att.vmi.name, uid=att.vmi.uid),
-            device=d.metadata.name,
-            class_name=d.status.class_name,
-            node_name=d.spec.node_name,
-            start=att.since,
-        ),
-    )
-
-
-def _clamped_end(ctx: Context, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime:
-    """The end a record closes with (DESIGN §2.11): the VMI's finish, stamped by its node's
-    clock, clamped to the binder's now, to no earlier than the record's start, and to no
-    later than the start of the device's next attachment, so one GPU is never billed
-    twice for the same second."""
-    end = min(_ended(ctx, rec, d), ctx.now)
-    att = d.status.attachment if d is not None else None
-    if att is not None and att.vmi.uid != rec.spec.vmi.uid:
-        end = min(end, att.since)
-    return max(end, rec.spec.start)
-
-
-def _ended(ctx: Context, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime:
-    """The VMI's finish time when it is known, not the time the binder noticed."""
-    key = f"{rec.metadata.namespace}/{rec.spec.vmi.name}"
-    ended = ctx.world.vmi_ended_at(key, rec.spec.vmi.uid)
-    if ended is not None:
-        return ended
-    if d is not None and d.status.attachment is None and d.status.detached_at is not None:
-        return d.status.detached_at
-    return ctx.now
+def close_orphan_copies(ctx: Context) -> None:
+    """An open copy whose record is not open any more (its close was written, the
+    copy's failed) is written as the ledger says: the reconciler reads the record for it
+    (verb "sync-copy"), since closed records are not cached."""
+    tried = ctx.memory.orphans_tried
+    for name in [n for n in tried if n not in ctx.world.orphan_copies]:
+        del tried[name]
+    for name in sorted(ctx.world.orphan_copies):
+        copy = ctx.world.copies[name]
+        if tried.get(name) is not copy:
+            ctx.plan.write("sync-copy", copy)
 
 
 def usage_finalizers(ctx: Context) -> None:

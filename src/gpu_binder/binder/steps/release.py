@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
+from gpu_binder.api.types import FINALIZER, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-
-
-def in_use(ctx: Context, d: GPUDevice) -> bool:
-    """Judged on the attachment alone, so it holds even when placement failed or is off.
-
-    A VMI being deleted still uses the device until it ends (see VirtualMachineInstance.live).
-    """
-    att = d.status.attachment
-    if att is None:
-        return False
-    vmi = ctx.world.vmis.get(att.vmi.key)
-    return vmi is not None and vmi.live and vmi.metadata.uid == att.vmi.uid
+from gpu_binder.binder.intervals import in_use
 
 
 def release_deleted(ctx: Context) -> None:
@@ -25,7 +14,7 @@ def release_deleted(ctx: Context) -> None:
         d = devices.by_name[name]
         if FINALIZER not in d.metadata.finalizers:
             continue
-        if in_use(ctx, d):
+        if in_use(ctx.world, d):
             if d.status.phase != Phase.RELEASING:
                 status = d.status.model_copy(update={"phase": Phase.RELEASING})
                 vmi = d.status.attachment.vmi.name if d.status.attachment else ""

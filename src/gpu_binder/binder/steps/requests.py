@@ -100,14 +100,15 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
     if outcome.ok:
         ctx.unsay(f"refuse/{key}")
     else:
-        _refuse(ctx, key, outcome.message)
+        reason = "GPUQuotaExceeded" if outcome.quota is not None else "GPURefused"
+        _refuse(ctx, key, outcome.message, reason)
 
 
-def _refuse(ctx: Context, key: str, message: str) -> None:
+def _refuse(ctx: Context, key: str, message: str, reason: str = "GPURefused") -> None:
     """The refusal, on the VM: said again only when it changed, as KubeVirt retries a
     start every few seconds and each retry asks again. The request itself is deleted by
     the webhook as soon as it has the answer, so an Event on it would be read by no one."""
-    ctx.say(f"refuse/{key}", ops.vm_note(ctx, key, "GPURefused", message, warning=True))
+    ctx.say(f"refuse/{key}", ops.vm_note(ctx, key, reason, message, warning=True))
 
 
 def _reply(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
-from gpu_binder.binder import ops
+from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
@@ -48,6 +48,8 @@ def _pickable(ctx: Context, class_name: str, node: str, topology: str) -> int:
 
 
 def class_status(ctx: Context) -> None:
+    for told in quota.notes(ctx.world, ctx.memory.quota_said):
+        ctx.plan.note(told)
     counts = ctx.world.devices.counts
     # A device matching two classes is an error shown on both classes (DESIGN §1).
     ambiguous: dict[str, list[str]] = {}
@@ -109,6 +111,9 @@ def class_status(ctx: Context) -> None:
                 }
             )
         conditions = set_condition(cls.status.conditions, ready)
+        conditions = set_condition(
+            conditions, quota.condition(ctx.world, name, cls.spec.resource_name, ctx.now)
+        )
         if created:
             conditions = set_condition(conditions, created)
         was = next((c for c in cls.status.conditions if c.type == "Ready"), None)

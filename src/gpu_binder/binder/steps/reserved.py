@@ -1,0 +1,74 @@
+"""Reserved records: one per interval a device is bound to an order with no VMI on it,
+beside the Attached records and with their guarantees (binder.intervals says when an
+interval begins and ends; binder.ledger where its record lives).
+
+A stopped VM's GPUs cost the provider as much as used ones, so the ledger bills them too.
+The record's name is derived from its owner, device and start (api.types
+reserved_record_name), which every binder reads alike from the device's status: opening
+it twice, after a restart or a failover, is one record. Runs even when disabled.
+"""
+
+from __future__ import annotations
+
+from gpu_binder.api.types import RecordKind, reserved_record_name
+from gpu_binder.binder import ledger
+from gpu_binder.binder.context import Context
+from gpu_binder.binder.intervals import Reservation, reservation, reserved_end
+
+
+def reserved_records(ctx: Context) -> None:
+    world = ctx.world
+    book = ctx.config.ledger_namespace
+    scope = ctx.scope.events_only()
+    opened = ctx.memory.verdicts("reserved-open")
+    judged = ctx.memory.verdicts("reserved-close")
+    for name in scope.devices_of_interest(world, world.devices.reserved):
+        d = world.devices.by_name[name]
+        if opened.get(name) is d:
+            continue
+        r = reservation(d, ctx.now)
+        if r is None:
+            continue
+        taken = ctx.memory.closed_records.get((name, RecordKind.RESERVED))
+        if _recorded(ctx, name, r) or (
+            taken is not None and taken == (book, reserved_record_name(r.owner, name, r.start))
+        ):
+            opened[name] = d
+            continue
+        # "open": the reconciler creates it, and its copy, under the next name of its
+        # sequence when an interval that began at the same instant took the name.
+        ctx.plan.write("open", ledger.reserved(d, r, book))
+    if scope.full:
+        names = sorted(world.open_reserved)
+    else:
+        names = scope.devices_of_interest(world, world.open_reserved)
+    for name in names:
+        dev = world.devices.get(name)
+        for key in sorted(world.open_reserved.get(name, ())):
+            rec = world.records[key]
+            copy = world.copies.get(rec.metadata.name)
+            cached = judged.get(key)
+            if (
+                isinstance(cached, tuple)
+                and cached[0] is rec
+                and cached[1] is dev
+                and cached[2] is copy
+            ):
+                continue
+            end = reserved_end(ctx.now, rec, dev)
+            if end is None:
+                ledger.keep_copy(ctx.plan, world.copies, rec, book)
+                judged[key] = (rec, dev, copy)
+                continue
+            ledger.stage(ctx.plan, "update", ledger.closed(rec, end), book, copy)
+
+
+def _recorded(ctx: Context, device: str, r: Reservation) -> bool:
+    """Whether the device's interval has its open record: one of its owner with its start,
+    whatever its name (ledgerwrites.open_record)."""
+    world = ctx.world
+    for key in world.open_reserved.get(device, ()):
+        spec = world.records[key].spec
+        if spec.start == r.start and (spec.vm_uid or f"{spec.namespace}/{spec.vm}") == r.owner:
+            return True
+    return False

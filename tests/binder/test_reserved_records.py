@@ -1,0 +1,156 @@
+"""Reserved records: every interval a device is bound to its VM with no VMI on it (a
+stopped VM's reservation) is a record of kind Reserved beside the Attached ones, with
+their guarantees: one record per interval, closed at the true time, surviving restarts,
+immutable once closed."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+
+from gpu_binder.api.types import GPUUsageRecord, RecordKind
+
+from .cluster import LEDGER, NAMESPACE, Cluster
+
+
+def spans(records: list[GPUUsageRecord]) -> list[tuple[str, datetime, datetime | None]]:
+    """(kind, start, end) of each record, in order of start (then end, open last)."""
+    out = [(r.spec.kind.value, r.spec.start, r.spec.end) for r in records]
+    return sorted(out, key=lambda s: (s[1], s[2] is None, s[2] or s[1]))
+
+
+async def stopped(cluster: Cluster, gpus: int = 1, **kwargs: str) -> datetime:
+    """A VM bound while stopped; returns when it was bound."""
+    cluster.gpu_class(**kwargs) if kwargs else None
+    cluster.node("node-a")
+    bound = cluster.clock.now
+    cluster.vm("vm", gpus)
+    await cluster.settle()
+    assert len(cluster.set_of("vm")) == gpus
+    return bound
+
+
+async def test_a_vm_bound_while_stopped_is_reserved_from_its_bind(cluster: Cluster) -> None:
+    bound = await stopped(cluster, gpus=2)
+    records = cluster.reserved()
+    assert [(r.spec.start, r.spec.end) for r in records] == [(bound, None), (bound, None)]
+    for r in records:
+        assert r.metadata.namespace == LEDGER
+        assert (r.spec.kind, r.spec.namespace, r.spec.vm) == (RecordKind.RESERVED, NAMESPACE, "vm")
+        assert r.spec.vm_uid == cluster.vm_uid("vm") and r.spec.vmi is None
+    assert sorted(r.spec.device for r in records) == cluster.set_of("vm")
+
+
+async def test_a_reservation_ends_when_the_vmi_attaches_at_its_start(cluster: Cluster) -> None:
+    await stopped(cluster)
+    cluster.set_running("vm", True)
+    scheduled = cluster.clock.advance(minutes=30)
+    cluster.clock.advance(seconds=20)  # the binder notices a little later
+    cluster.start("vm", scheduled=scheduled)
+    await cluster.settle()
+    [reserved] = cluster.reserved()
+    [attached] = cluster.records()
+    assert reserved.spec.end == attached.spec.start == scheduled
+
+
+async def test_a_stopped_vm_is_reserved_from_its_vmis_finish(cluster: Cluster) -> None:
+    await stopped(cluster)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    finished = cluster.clock.advance(hours=2)
+    await cluster.stop("vm")
+    await cluster.settle_after(seconds=30)
+    [attached] = cluster.records()
+    reservation = [r for r in cluster.reserved() if r.spec.end is None]
+    assert attached.spec.end == finished
+    assert [r.spec.start for r in reservation] == [finished]
+
+
+async def test_a_reservation_ends_when_its_gpus_are_released() -> None:
+    cluster = Cluster()
+    await stopped(cluster, release_after="10m")
+    cluster.clock.advance(minutes=10)
+    await cluster.settle()
+    [record] = cluster.reserved()
+    assert cluster.set_of("vm") == []
+    assert record.spec.end == cluster.clock.now
+
+
+async def test_held_without_a_break_a_gpu_is_billed_without_a_gap_or_an_overlap(
+    cluster: Cluster,
+) -> None:
+    bound = await stopped(cluster)
+    for _ in range(2):
+        cluster.set_running("vm", True)
+        await cluster.settle_after(minutes=5)
+        cluster.start("vm")
+        await cluster.settle()
+        cluster.clock.advance(hours=1)
+        await cluster.stop("vm")
+        await cluster.settle_after(minutes=20)
+    kinds = spans(cluster.ledger())
+    assert [k for k, _, _ in kinds] == ["Reserved", "Attached"] * 2 + ["Reserved"]
+    assert kinds[0][1] == bound and kinds[-1][2] is None
+    for (_, _, end), (_, start, _) in itertools.pairwise(kinds):
+        assert end == start
+
+
+async def test_a_reservation_is_one_record_across_binder_restarts(cluster: Cluster) -> None:
+    bound = await stopped(cluster)
+    for _ in range(3):
+        cluster.restart()
+        await cluster.settle_after(minutes=7)
+    assert [(r.spec.start, r.spec.end) for r in cluster.reserved()] == [(bound, None)]
+
+
+async def test_a_reservation_that_ended_while_the_binder_was_down_ends_at_the_vmis_start(
+    cluster: Cluster,
+) -> None:
+    await stopped(cluster)
+    cluster.set_running("vm", True)
+    scheduled = cluster.clock.advance(minutes=3)
+    cluster.start("vm", scheduled=scheduled)  # no binder runs
+    cluster.clock.advance(hours=1)
+    cluster.restart()
+    await cluster.settle()
+    [record] = cluster.reserved()
+    assert record.spec.end == scheduled
+
+
+async def test_a_closed_reserved_record_is_never_written_again(cluster: Cluster) -> None:
+    await stopped(cluster)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    [closed] = [r.metadata.resource_version for r in cluster.reserved()]
+    await cluster.settle_after(hours=1)
+    cluster.restart()
+    await cluster.settle()
+    assert [r.metadata.resource_version for r in cluster.reserved()] == [closed]
+
+
+async def test_a_moved_reservation_continues_on_the_new_devices(cluster: Cluster) -> None:
+    cluster.node("node-b")
+    await stopped(cluster)
+    [old] = cluster.set_of("vm")
+    moved = cluster.clock.advance(hours=1)
+    cluster.cordon(cluster.node_of("vm"))
+    await cluster.settle()
+    [new] = cluster.set_of("vm")
+    assert new != old
+    by_device = {r.spec.device: r for r in cluster.reserved()}
+    assert by_device[old].spec.end == moved
+    assert by_device[new].spec.start == moved and by_device[new].spec.end is None
+
+
+async def test_the_tenants_copy_of_a_reservation_says_what_the_ledger_says(
+    cluster: Cluster,
+) -> None:
+    await stopped(cluster)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    [record] = cluster.reserved()
+    [copy] = [c for c in cluster.copies() if c.metadata.name == record.metadata.name]
+    assert copy.spec == record.spec and copy.spec.end is not None
