@@ -15,8 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from gpu_binder.api.meta import utc
-from gpu_binder.api.types import GPUUsageRecord
-from gpu_binder.binder.ledger import is_copy
+from gpu_binder.api.types import GPUUsageRecord, is_copy
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
 
