@@ -1,12 +1,20 @@
-"""The ControllerRevision view: the GPUs of the instancetype KubeVirt recorded for a VM."""
+"""Instancetype views: the GPUs KubeVirt recorded for a VM in a ControllerRevision, the
+GPUs an instancetype gives, and which instancetype a VM names."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpu_binder.api.instancetype import (
+    CLUSTER_INSTANCETYPE_KIND,
+    INSTANCETYPE_API_VERSION,
     INSTANCETYPE_REVISIONS,
     ControllerRevision,
+    VirtualMachineClusterInstancetype,
+    instancetype_matcher,
     instancetype_revision_object,
 )
+from gpu_binder.api.kinds import resource_of
 from gpu_binder.sim.selectors import selector_matches
 
 H100 = "nvidia.com/GH100_H100_SXM5_80GB"
@@ -42,3 +50,40 @@ def test_the_watch_selector_takes_instancetype_revisions_only() -> None:
     assert not selector_matches(INSTANCETYPE_REVISIONS, {"controller-revision-hash": "abc"})
     preference = {"instancetype.kubevirt.io/object-kind": "VirtualMachineClusterPreference"}
     assert not selector_matches(INSTANCETYPE_REVISIONS, preference)
+
+
+def test_a_vm_start_revision_is_no_instancetype_and_keeps_the_vm_spec() -> None:
+    rev = ControllerRevision.from_dict(
+        {"metadata": {"name": "revision-start-vm-u-1"}, "data": {"spec": {}}, "revision": 1}
+    )
+    assert (rev.is_instancetype, rev.gpus, rev.data, rev.revision) == (False, (), {"spec": {}}, 1)
+
+
+def _instancetype(name: str = "gpu-2") -> dict[str, Any]:
+    return {
+        "apiVersion": INSTANCETYPE_API_VERSION,
+        "kind": CLUSTER_INSTANCETYPE_KIND,
+        "metadata": {"name": name, "uid": "it-uid", "generation": 1},
+        "spec": {
+            "cpu": {"guest": 8},
+            "memory": {"guest": "64Gi"},
+            "gpus": [{"name": "gpu0", "deviceName": H100}, {"name": "gpu1", "deviceName": H100}],
+            "hostDevices": [{"name": "nic", "deviceName": "mellanox.com/cx7"}],
+        },
+    }
+
+
+def test_an_instancetype_gives_its_gpus_then_its_host_devices() -> None:
+    it = VirtualMachineClusterInstancetype.from_dict(_instancetype())
+    assert it.device_names == (H100, H100, "mellanox.com/cx7")
+
+
+def test_a_matcher_without_a_kind_means_a_cluster_instancetype() -> None:
+    vm = {"metadata": {"name": "vm", "namespace": "t"}, "spec": {"instancetype": {"name": "x"}}}
+    matcher = instancetype_matcher(vm)
+    assert matcher is not None and matcher.cluster and matcher.kind == CLUSTER_INSTANCETYPE_KIND
+
+
+def test_the_client_serves_revisions_and_instancetypes() -> None:
+    assert resource_of(ControllerRevision).group == "apps"
+    assert not resource_of(VirtualMachineClusterInstancetype).namespaced

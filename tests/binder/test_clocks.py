@@ -105,3 +105,27 @@ async def test_a_stopped_vms_reservation_runs_from_the_stop_as_the_binder_saw_it
     await cluster.settle()
     await cluster.settle_after(minutes=10, seconds=30)
     assert cluster.set_of("vm") == []
+
+
+async def test_the_next_tenants_record_never_starts_before_the_last_tenant_detached(
+    cluster: Cluster,
+) -> None:
+    """A GPU given to another VM once the last one let it go, whose VMI's node stamps its
+    start 10 minutes behind: the new record starts no earlier than the old one ended,
+    though the bind in between starts a new tenancy (chaos seed 3, 12 nodes: invariant 11)."""
+    [gpu] = await running(cluster)
+    cluster.clock.advance(minutes=30)
+    cluster.finish("vm")
+    await cluster.remove_vmi("vm")
+    await cluster.delete_vm("vm")
+    await cluster.settle()
+    cluster.reset(gpu)  # cleaned by its agent
+    await cluster.settle()
+    cluster.clock.advance(minutes=1)
+    cluster.vm("next", 1, running=True)
+    await cluster.settle()
+    cluster.start("next", scheduled=cluster.clock.now - AHEAD)
+    await cluster.settle()
+    records = cluster.records()
+    assert len(records) == 2
+    assert overlaps(records, cluster.clock.now) == []

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from rich.console import Console
 
-from gpu_binder.demo import scenario
+from gpu_binder.demo import kubevirt_acts, scenario
 from gpu_binder.demo.command import play
 from gpu_binder.sim.cluster import Cluster
 
@@ -68,7 +68,7 @@ def test_the_plain_demo_shows_slot_phases_as_letters_with_their_legend(text: str
 def test_the_plain_demo_keeps_each_decision_on_one_line(text: str) -> None:
     decisions = [line for line in text.splitlines() if "GPUOrder" in line]
     assert decisions
-    assert all("placed by policy" in line for line in decisions)
+    assert all("placed by policy" in line or "completes the set" in line for line in decisions)
 
 
 def test_each_new_act_says_the_rule_it_shows(text: str) -> None:
@@ -149,5 +149,17 @@ def test_the_summary_counts_the_new_decisions(text: str) -> None:
     assert int(summary_count(text, "starts refused")) >= 1
     assert int(summary_count(text, "VMIs denied by the webhook")) >= 2
     assert int(summary_count(text, "devices recovered")) >= 2
-    answered, failed = summary_count(text, "bind requests answered / failed").split(" / ")
-    assert int(answered) >= 1 and int(failed) >= 1
+    bound, failed = summary_count(text, "bind requests bound / failed").split(" / ")
+    assert int(bound) >= 1 and int(failed) >= 1
+
+
+def test_the_instancetype_vm_holds_the_recorded_revisions_gpus(text: str) -> None:
+    log = act_log(text, kubevirt_acts.instancetype)
+    assert lines_with(log, "keeps its recorded revision: 2 GPUs")
+    assert lines_with(log, "initech starts infer-it: 2 GPUs", "(2 attached)")
+
+
+def test_a_template_edit_while_running_adopts_no_gpu(text: str) -> None:
+    log = act_log(text, kubevirt_acts.template_edit)
+    assert lines_with(log, "while it runs: 1 GPUs", "0 adopted")
+    assert lines_with(log, "acme restarts edit-1: 2 GPUs")

@@ -12,6 +12,7 @@ from gpu_binder.sim.agent import AgentFleet, pci_address
 from gpu_binder.sim.catalog import H100, L40S, gpu_class
 from gpu_binder.sim.clock import VirtualClock
 from gpu_binder.sim.memory import MemoryClient
+from gpu_binder.sim.nodes import VIRT_HANDLER_UNITS, create_node
 
 H100_CLASS = gpu_class("h100", H100, "nvidia.com/H100")
 
@@ -29,9 +30,18 @@ def devices_of(store: MemoryClient, node: str) -> list[GPUDevice]:
 
 
 def allocatable(store: MemoryClient, node: str) -> dict[str, int]:
+    """The node's units of the GPU device plugins (virt-handler's own are always there)."""
     n = store.peek(Node, node)
     assert n is not None
-    return n.allocatable
+    return {k: v for k, v in n.allocatable.items() if k not in VIRT_HANDLER_UNITS}
+
+
+async def test_a_node_serves_virt_handlers_device_plugins(
+    store: MemoryClient, clock: VirtualClock
+) -> None:
+    await create_node(store, "n0", clock.now())
+    n = store.peek(Node, "n0")
+    assert n is not None and n.allocatable == VIRT_HANDLER_UNITS
 
 
 async def released(store: MemoryClient, d: GPUDevice, clock: VirtualClock) -> GPUDevice:

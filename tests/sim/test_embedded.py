@@ -147,3 +147,21 @@ async def test_the_binders_cache_holds_only_open_records_before_and_after_a_new_
     c.restart_binder()
     assert [r.spec.vm for r in of_ledger(c.world.records.values())] == ["vm2"]
     assert c.check() == []
+
+
+async def test_a_run_stopped_by_violations_says_how_many_events_it_played(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_binder.sim import command
+
+    monkeypatch.setattr(command.Cluster, "check", lambda self: ["(1) made up"])
+    figures = await command.run(2, 2, 4, 100, 1, False, max_violations=3)
+    assert figures["events"] == 4 and figures["violation_counts"] == {"(1)": 4}
+
+
+async def test_under_the_stage_rollout_strategy_no_vmi_affinity_is_synced() -> None:
+    from gpu_binder.sim.command import run
+
+    stage = await run(4, 4, 12, 60, 1, True, max_violations=0, live_update=False)
+    live = await run(4, 4, 12, 60, 1, True, max_violations=0)
+    assert stage["affinity_syncs"] == 0 < live["affinity_syncs"]

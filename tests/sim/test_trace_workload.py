@@ -75,7 +75,7 @@ async def test_trace_run_builds_the_cluster_and_places_its_vms(tmp_path: Path) -
     assert figures["violations"] == []
     assert (figures["nodes"], figures["classes"], figures["devices"]) == (3, 2, 10)
     assert (figures["pods"], figures["orders_placed"], figures["orders_refused"]) == (3, 3, 0)
-    assert figures["starts"] == 3
+    assert figures["vmis_running"] == 3
     # 4 GPUs × 1 h + 2 × 7140 s + 1 × 1680 s, every one billed.
     assert figures["gpu_hours_ordered"] == figures["gpu_hours_billed"] == 8.43
 

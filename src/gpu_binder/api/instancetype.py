@@ -13,6 +13,12 @@ the instancetype's name; `pkg/instancetype/apply/gpu.go`, `hostdevices.go`: its
 `spec.gpus` / `spec.hostDevices` become the VMI's, unless the template has its own,
 which is a conflict KubeVirt refuses). An edit of the live instancetype reaches a VM only
 when its revision is replaced, so the binder reads the revision, never the live object.
+
+The instancetype kinds themselves (`VirtualMachineInstancetype`, namespaced, and
+`VirtualMachineClusterInstancetype`, the kind a VM's `spec.instancetype` means when it
+names none) are viewed here too, for the embedded cluster's VM controller, which stores
+revisions of them as KubeVirt does. Only what decides a VM's GPUs is parsed; `raw` keeps
+the rest.
 """
 
 from __future__ import annotations
@@ -24,11 +30,18 @@ from gpu_binder.api.meta import ObjectMeta
 
 REVISION_API_VERSION = "apps/v1"
 INSTANCETYPE_GROUP = "instancetype.kubevirt.io"
+# The only served version (crds.go; instancetype.LatestVersion in register.go).
+INSTANCETYPE_API_VERSION = f"{INSTANCETYPE_GROUP}/v1beta1"
+INSTANCETYPE_KIND = "VirtualMachineInstancetype"
+CLUSTER_INSTANCETYPE_KIND = "VirtualMachineClusterInstancetype"
 # Labels KubeVirt puts on the revisions it stores
 # (staging/src/kubevirt.io/api/instancetype/register.go).
 OBJECT_KIND_LABEL = f"{INSTANCETYPE_GROUP}/object-kind"
 OBJECT_NAME_LABEL = f"{INSTANCETYPE_GROUP}/object-name"
-INSTANCETYPE_KINDS = ("VirtualMachineInstancetype", "VirtualMachineClusterInstancetype")
+OBJECT_UID_LABEL = f"{INSTANCETYPE_GROUP}/object-uid"
+OBJECT_GENERATION_LABEL = f"{INSTANCETYPE_GROUP}/object-generation"
+OBJECT_VERSION_LABEL = f"{INSTANCETYPE_GROUP}/object-version"
+INSTANCETYPE_KINDS = (INSTANCETYPE_KIND, CLUSTER_INSTANCETYPE_KIND)
 # The revisions the binder watches: those of instancetypes only, by KubeVirt's own label,
 # so neither preferences' revisions nor every StatefulSet's and DaemonSet's history enter
 # its cache.
@@ -73,6 +86,18 @@ class ControllerRevision:
     @property
     def is_instancetype(self) -> bool:
         return self.metadata.labels.get(OBJECT_KIND_LABEL) in INSTANCETYPE_KINDS
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The stored object: an instancetype, or for KubeVirt's VM-start revisions
+        (`revision-start-vm-<uid>-<generation>`, vm.go) a `{"spec": <VM spec>}`."""
+        data = self.raw.get("data")
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def revision(self) -> int:
+        revision = self.raw.get("revision")
+        return revision if isinstance(revision, int) else 0
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ControllerRevision:
@@ -122,7 +147,7 @@ def instancetype_revision_object(
         "labels": {
             OBJECT_KIND_LABEL: kind,
             OBJECT_NAME_LABEL: instancetype,
-            f"{INSTANCETYPE_GROUP}/object-version": "v1beta1",
+            OBJECT_VERSION_LABEL: "v1beta1",
         },
     }
     if owner is not None:
@@ -132,10 +157,95 @@ def instancetype_revision_object(
         "kind": "ControllerRevision",
         "metadata": meta,
         "data": {
-            "apiVersion": f"{INSTANCETYPE_GROUP}/v1beta1",
+            "apiVersion": INSTANCETYPE_API_VERSION,
             "kind": kind,
             "metadata": {"name": instancetype},
             "spec": spec,
         },
         "revision": 1,
     }
+
+
+def _instancetype_devices(raw: dict[str, Any]) -> tuple[str, ...]:
+    spec = raw.get("spec")
+    if not isinstance(spec, dict):
+        return ()
+    return device_names(spec.get("gpus")) + device_names(spec.get("hostDevices"))
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualMachineInstancetype:
+    """A namespaced instancetype (instancetype.kubevirt.io/v1beta1)."""
+
+    KIND: ClassVar[str] = INSTANCETYPE_KIND
+    PLURAL: ClassVar[str] = "virtualmachineinstancetypes"
+    NAMESPACED: ClassVar[bool] = True
+
+    metadata: ObjectMeta
+    # The deviceNames of its spec.gpus, then spec.hostDevices.
+    device_names: tuple[str, ...]
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> VirtualMachineInstancetype:
+        return cls(
+            metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
+            device_names=_instancetype_devices(raw),
+            raw=raw,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.raw, "metadata": self.metadata.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualMachineClusterInstancetype:
+    """A cluster-scoped instancetype: the kind a VM's `spec.instancetype` means when it
+    names none."""
+
+    KIND: ClassVar[str] = CLUSTER_INSTANCETYPE_KIND
+    PLURAL: ClassVar[str] = "virtualmachineclusterinstancetypes"
+    NAMESPACED: ClassVar[bool] = False
+
+    metadata: ObjectMeta
+    device_names: tuple[str, ...]
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> VirtualMachineClusterInstancetype:
+        return cls(
+            metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
+            device_names=_instancetype_devices(raw),
+            raw=raw,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.raw, "metadata": self.metadata.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class InstancetypeMatcher:
+    """A VM's `spec.instancetype`: which instancetype it names, and the revision it
+    pins, if any."""
+
+    name: str
+    # VirtualMachineInstancetype or VirtualMachineClusterInstancetype (the default).
+    kind: str
+    revision_name: str = ""
+
+    @property
+    def cluster(self) -> bool:
+        return self.kind.lower() not in (INSTANCETYPE_KIND.lower(), "virtualmachineinstancetypes")
+
+
+def instancetype_matcher(vm_raw: dict[str, Any]) -> InstancetypeMatcher | None:
+    """The instancetype a VM (in wire form) names, or None; an empty kind is the cluster
+    kind (pkg/instancetype/find/spec.go)."""
+    matcher = (vm_raw.get("spec") or {}).get("instancetype")
+    if not isinstance(matcher, dict) or not matcher.get("name"):
+        return None
+    return InstancetypeMatcher(
+        name=str(matcher["name"]),
+        kind=str(matcher.get("kind") or CLUSTER_INSTANCETYPE_KIND),
+        revision_name=str(matcher.get("revisionName") or ""),
+    )

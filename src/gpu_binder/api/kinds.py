@@ -6,7 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-from gpu_binder.api.instancetype import REVISION_API_VERSION, ControllerRevision
+from gpu_binder.api.instancetype import (
+    INSTANCETYPE_API_VERSION,
+    REVISION_API_VERSION,
+    ControllerRevision,
+    VirtualMachineClusterInstancetype,
+    VirtualMachineInstancetype,
+)
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.pod import Pod
@@ -147,6 +153,22 @@ RESOURCES: dict[type[Any], Resource] = {
     ),
     KubeVirt: Resource("kubevirt.io/v1", "KubeVirt", "kubevirts", True, True, KubeVirt.from_dict),
     Event: Resource("events.k8s.io/v1", "Event", "events", True, False, Event.from_dict),
+    VirtualMachineInstancetype: Resource(
+        INSTANCETYPE_API_VERSION,
+        "VirtualMachineInstancetype",
+        "virtualmachineinstancetypes",
+        True,
+        False,
+        VirtualMachineInstancetype.from_dict,
+    ),
+    VirtualMachineClusterInstancetype: Resource(
+        INSTANCETYPE_API_VERSION,
+        "VirtualMachineClusterInstancetype",
+        "virtualmachineclusterinstancetypes",
+        False,
+        False,
+        VirtualMachineClusterInstancetype.from_dict,
+    ),
 }
 
 

@@ -246,7 +246,8 @@ class GPUDeviceStatus(Model):
     phase: Phase | None = None
     binding: Binding | None = None
     attachment: Attachment | None = None
-    # When the device's last attachment ended: a stopped VM's reservation runs from here.
+    # When the device's last attachment ended, kept through a bind: a stopped VM's
+    # reservation runs from here (a detach after its bind), and no attachment starts before.
     detached_at: datetime | None = None
     lost_since: datetime | None = None
     lost_reason: str = Field("", max_length=MESSAGE_MAX)

@@ -52,11 +52,16 @@ def device_note(d: GPUDevice, reason: str, message: str, warning: bool = False) 
 def stopped_since(devs: list[GPUDevice]) -> datetime | None:
     """When the order of this set stopped, as its devices say: the latest of their detaches
     and of the stops their bindings carry (a bind while stopped is no stop: see
-    Binding.stopped_at), else of their binds (a set bound while its VM was stopped)."""
+    Binding.stopped_at), else of their binds (a set bound while its VM was stopped). A
+    detach before the device's bind is its previous tenant's (bind keeps it), not this
+    order's stop."""
     out: datetime | None = None
     for d in devs:
         b = d.status.binding
-        for t in (d.status.detached_at, b and (b.stopped_at or b.bound_at)):
+        detached = d.status.detached_at
+        if b is not None and detached is not None and detached < b.bound_at:
+            detached = None
+        for t in (detached, b and (b.stopped_at or b.bound_at)):
             if isinstance(t, datetime) and (out is None or t > out):
                 out = t
     return out
@@ -74,7 +79,9 @@ def bind(ctx: Context, d: GPUDevice, key: str, reason: BindReason, why: str) -> 
             "binding": binding,
             "phase": Phase.BOUND,
             "attachment": None,
-            "detached_at": None,
+            # The last detach is kept: the next attachment starts no earlier (a node clock
+            # behind stamps a VMI's start before the last tenant let go; DESIGN §2.11),
+            # and stopped_since reads a detach before the bind as no stop of this order.
             "released_at": None,
         }
     )

@@ -38,8 +38,8 @@ def summary(c: Cluster) -> Table:
         ("orders that had to wait", reasons.get("GPUUnplaceable", 0)),
         ("starts refused", reasons.get("GPURefused", 0)),
         (
-            "bind requests answered / failed",
-            f"{c.stats.requests_answered} / {c.stats.requests_failed}",
+            "bind requests bound / failed",
+            f"{c.stats.requests_bound} / {c.stats.requests_failed}",
         ),
         ("VMIs denied by the webhook", len(c.kubevirt.denials)),
         ("usage records open", sum(1 for r in records if r.spec.end is None)),

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.kubevirt import Node, VirtualMachine
 from gpu_binder.api.types import NODE_ANNOTATION, GPUClass, GPUDevice
 from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.demo.kubevirt_acts import instancetype, template_edit
 from gpu_binder.sim.builders import vmi_object
 from gpu_binder.sim.catalog import H100, L40S, gpu_class
 from gpu_binder.sim.cluster import ClassDef, Cluster
@@ -24,6 +25,9 @@ class Act:
 
 
 async def build() -> Cluster:
+    # KubeVirt with its default rollout strategy, LiveUpdate: the VM controller undoes the
+    # webhook's VMI affinity (vm.go handleAffinityChangeRequest), and the pod webhook's pin
+    # of the launcher pod is what keeps each VM on its set.
     c = Cluster([H100_CLASS, L40S_CLASS])
     for name in ("node-a", "node-b", "node-c", "node-d"):
         await c.add_node(name, "h100")
@@ -57,7 +61,7 @@ async def start_admitted(c: Cluster) -> None:
 async def start_with_request(c: Cluster) -> None:
     c.add_vm("globex", "infer-1", {"h100": 1}, running=True)
     # KubeVirt creates the VMI before the binder's next pass: the webhook must ask.
-    await c.kubevirt.step()
+    await c.kubevirt.start_vms()
     await c.tick(1)
 
 
@@ -152,12 +156,13 @@ async def unmanaged(c: Cluster) -> None:
     say(
         c,
         "VMI hooli/legacy-1 runs on node-e with an L40S it was never bound "
-        "(started while the webhook was down)",
+        "(started before gpu-binder was installed)",
     )
-    raw = vmi_object("legacy-1", "hooli", [L40S_CLASS.resource])
-    raw["metadata"]["uid"] = "0f1e2d3c-legacy-1"
-    raw["status"] = {"phase": "Running", "nodeName": "node-e"}
-    c.client.put(VirtualMachineInstance.from_dict(raw))
+    free = sorted(c.world.devices.free_on("l40s", "node-e"))
+    # Its launcher pod asks for the GPU in node-e's slot: the kubelet hands that one out.
+    raw = vmi_object("legacy-1", "hooli", [slot_resource(c.world.devices.by_name[free[0]])])
+    raw["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-e"}
+    await c.start_unmanaged(raw)
     await c.tick(10)
     await c.tick(30)
     await c.tick(30)
@@ -179,7 +184,7 @@ async def refused(c: Cluster) -> None:
     )
     c.add_vm("globex", "render-1", {"l40s": count}, running=True)
     # KubeVirt creates the VMI before the binder's next pass: the webhook must ask.
-    await c.kubevirt.step()
+    await c.kubevirt.start_vms()
     await c.tick(1)
     say(c, "globex deletes render-1 rather than wait for KubeVirt's retries")
     await c.delete_vm("globex/render-1")
@@ -389,4 +394,6 @@ ACTS = [
     Act("A VM asks for a node: its stopped set moves there", asked_node),
     Act("Defragmentation: stopped sets move to make room for a whole-node order", defrag),
     Act("A GPU matching two classes: both say so, neither binds it", ambiguous),
+    Act("An instancetype's GPUs, read from the revision KubeVirt recorded", instancetype),
+    Act("A template edit while the VM runs: nothing adopted until its VMI ends", template_edit),
 ]

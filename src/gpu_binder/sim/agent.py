@@ -69,7 +69,9 @@ class SimNode:
 class AgentFleet:
     """The agents of every simulated node.
 
-    `reset_delay` is how long (virtual seconds) a function-level reset takes after release.
+    `reset_delay` is how long (virtual seconds) a function-level reset takes after release;
+    `node_clock` is each node's own clock, which its agent stamps `lastReset` with (the
+    virtual clock when not given).
     """
 
     def __init__(
@@ -78,9 +80,11 @@ class AgentFleet:
         clock: Callable[[], datetime],
         *,
         reset_delay: float = 0.0,
+        node_clock: Callable[[str], datetime] | None = None,
     ) -> None:
         self.client = client
         self.clock = clock
+        self.node_clock = node_clock or (lambda node: clock())
         self.reset_delay = reset_delay
         self.nodes: dict[str, SimNode] = {}
         self.resets_done = 0
@@ -193,7 +197,7 @@ class AgentFleet:
             if released is not None and (now - utc(released)).total_seconds() < self.reset_delay:
                 continue
             outcome = out.setdefault(node.name, ResetOutcome())
-            outcome.done[d.spec.pci_address] = now
+            outcome.done[d.spec.pci_address] = self.node_clock(node.name)
             if released is not None:
                 outcome.released[d.spec.pci_address] = released
         return out

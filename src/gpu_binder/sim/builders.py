@@ -14,6 +14,7 @@ from typing import Any
 
 from gpu_binder.agent.models import NVIDIA
 from gpu_binder.agent.slots import slot_resource as _slot_resource
+from gpu_binder.api.instancetype import CLUSTER_INSTANCETYPE_KIND, INSTANCETYPE_API_VERSION
 from gpu_binder.api.kubevirt import KUBEVIRT_API_VERSION, Node, VirtualMachine
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
@@ -178,24 +179,48 @@ def vm_object(
     run_strategy: str | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    instancetype: str | None = None,
+    data_volume: str | None = None,
 ) -> VirtualMachine:
     """A VM whose template orders one GPU entry per name in gpus; run_strategy (Always,
-    Halted...) replaces spec.running when given."""
+    Halted...) replaces spec.running when given; instancetype names a cluster
+    instancetype (its GPUs are then the instancetype's), data_volume a DataVolume its
+    root disk is on."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)
     if annotations:
         meta["annotations"] = dict(annotations)
-    template = {"spec": {"domain": {"devices": devices(gpus)}}}
+    template_spec: dict[str, Any] = {"domain": {"devices": devices(gpus)}}
+    if data_volume:
+        template_spec["volumes"] = [{"name": "rootdisk", "dataVolume": {"name": data_volume}}]
     run = {"runStrategy": run_strategy} if run_strategy else {"running": running}
+    spec: dict[str, Any] = {**run, "template": {"spec": template_spec}}
+    if instancetype:
+        spec["instancetype"] = {"name": instancetype, "kind": CLUSTER_INSTANCETYPE_KIND}
     return VirtualMachine.from_dict(
         {
             "apiVersion": KUBEVIRT_API_VERSION,
             "kind": "VirtualMachine",
             "metadata": meta,
-            "spec": {**run, "template": template},
+            "spec": spec,
         }
     )
+
+
+def cluster_instancetype(
+    name: str, gpus: Sequence[str] = (), *, cpus: int = 8, memory: str = "64Gi"
+) -> dict[str, Any]:
+    """A VirtualMachineClusterInstancetype (wire form) giving one GPU per name in gpus."""
+    spec: dict[str, Any] = {"cpu": {"guest": cpus}, "memory": {"guest": memory}}
+    if gpus:
+        spec["gpus"] = devices(gpus)["gpus"]
+    return {
+        "apiVersion": INSTANCETYPE_API_VERSION,
+        "kind": CLUSTER_INSTANCETYPE_KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def kubevirt_object(name: str = "kubevirt", namespace: str = "kubevirt") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_binder.api.kinds import KubeVirt
-from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUBindRequest, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.events import ClientRecorder
@@ -22,18 +22,24 @@ from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
 from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
-from gpu_binder.sim.admission import call_webhook
+from gpu_binder.sim import tenants
+from gpu_binder.sim.admission import call_pod_webhook, call_webhook, pod_pinner
 from gpu_binder.sim.agent import AgentFleet
 from gpu_binder.sim.builders import kubevirt_object, vm_object
 from gpu_binder.sim.catalog import GPUModel, gpu_class
 from gpu_binder.sim.clock import VirtualClock
+from gpu_binder.sim.clocks import Clocks
 from gpu_binder.sim.invariants import InvariantChecker
 from gpu_binder.sim.kubelet import Kubelet
 from gpu_binder.sim.kubevirt import KubeVirtSim
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
 from gpu_binder.sim.selectors import selector_matches
+from gpu_binder.sim.storage import Storage
 from gpu_binder.webhook.decision import Admitter
+
+# Steps of KubeVirt and the kubelets between two binder passes, at most (see settle).
+KUBEVIRT_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,24 @@ class ClassDef:
 
 @dataclass
 class Stats:
-    requests_answered: int = 0
+    """What the webhook and binder were asked and answered, counted as the API server saw
+    it (see `gpu-binder sim --help` for what each figure of a run means)."""
+
+    # VMI creations the webhook admitted with the set the VM had (no bind request), those it
+    # admitted once the binder answered a bind request, and those it denied (any reason).
+    vmis_admitted_pinned: int = 0
+    vmis_admitted_after_request: int = 0
+    vmis_denied: int = 0
+    # Bind requests the webhook created, by the answer it got: Bound, Failed (the binder's
+    # refusal: no room, a set that cannot move...), or none in time (the binder was down).
+    requests_bound: int = 0
     requests_failed: int = 0
+    requests_unanswered: int = 0
     passes: int = 0
     conflicts: int = 0
     pass_errors: int = 0
+    # Distinct VMs (namespace/name) whose bind request failed at least once.
+    vms_refused: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -73,10 +92,18 @@ class Cluster:
         config: Config | None = None,
         seed: int = 1,
         sweep_always: bool = False,
+        *,
+        skew: float = 0.0,
+        live_update: bool | None = None,
     ) -> None:
+        """`skew`: how far (seconds, either way) the clocks of nodes and of virt-controller
+        are off the binder's (sim.clocks); `live_update`: KubeVirt's vmRolloutStrategy is
+        LiveUpdate (None: as the KubeVirt CR says; unset there, LiveUpdate, its default)."""
         self.clock = VirtualClock()
         self.t0 = self.clock()
         self.client = MemoryClient(clock=self.clock.now, seed=seed)
+        self.clocks = Clocks(self.clock.now, skew, seed)
+        self.storage = Storage(self.clock.now)
         self.config = config or Config()
         self.classes = {c.name: c for c in classes}
         self.stats = Stats()
@@ -87,6 +114,7 @@ class Cluster:
         self.dirty_pass = True
         self.dirty_requests = False
         self._in_binder = False
+        self._last_denial: dict[str, str] = {}
         self.next_resync = self.clock() + self.config.resync
         for c in classes:
             self.client.put(
@@ -110,9 +138,19 @@ class Cluster:
         self._relist()
         self.reconciler = self._new_reconciler()
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)
-        self.fleet = AgentFleet(self.client, self.clock.now)
-        self.kubevirt = KubeVirtSim(self.client, self.clock.now, self.admit)
-        self.kubelet = Kubelet(self.client, self.clock.now)
+        self.pod_pinner = pod_pinner(self.world, self.config, self.clock.now)
+        self.fleet = AgentFleet(self.client, self.clock.now, node_clock=self.clocks.now)
+        self.kubevirt = KubeVirtSim(
+            self.client,
+            self.clock.now,
+            self.admit,
+            admit_pod=self.admit_pod,
+            clocks=self.clocks,
+            storage=self.storage,
+            seed=seed,
+            live_update=live_update,
+        )
+        self.kubelet = Kubelet(self.client, self.clocks)
         self.checker = InvariantChecker(self.client)
 
     # --- the binder -----------------------------------------------------------------------
@@ -145,6 +183,7 @@ class Cluster:
         self._relist()
         self.reconciler = self._new_reconciler()
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)
+        self.pod_pinner = pod_pinner(self.world, self.config, self.clock.now)
         self.dirty_pass = True
 
     async def reconcile(self, key: str) -> None:
@@ -180,8 +219,17 @@ class Cluster:
                 self.dirty_pass = False
                 await self.reconcile(PASS_KEY)
                 busy = True
-            writes = await self.fleet.step() + await self.kubevirt.step()
-            writes += await self.kubelet.step()
+            writes = await self.fleet.step()
+            # KubeVirt's controllers, the scheduler and the kubelets take a handful of
+            # steps for what one binder pass reacts to (a start: the VMI, its pod, its
+            # node, Running): they go on until they are done or KUBEVIRT_STEPS ran, and
+            # the binder passes over what they made of it (it sees each step's writes;
+            # it does not run between each two).
+            for _ in range(KUBEVIRT_STEPS):
+                made = await self.kubevirt.step() + await self.kubelet.step()
+                writes += made
+                if not made:
+                    break
             if not busy and writes == 0:
                 return
 
@@ -204,17 +252,39 @@ class Cluster:
     async def admit(self, vmi: dict[str, Any]) -> dict[str, Any] | str:
         """The API server calling the webhook; a binder that is down never answers."""
         admission = await call_webhook(self.admitter, self.client, vmi, self._answer_requests)
-        if admission.request is not None:
-            if admission.request.status.phase == "Bound":
-                self.stats.requests_answered += 1
-            elif admission.request.status.phase == "Failed":
-                self.stats.requests_failed += 1
         key = f"{vmi['metadata']['namespace']}/{vmi['metadata']['name']}"
+        stats, request = self.stats, admission.request
+        if request is not None:
+            if request.status.phase == "Bound":
+                stats.requests_bound += 1
+            elif request.status.phase == "Failed":
+                stats.requests_failed += 1
+                stats.vms_refused.add(key)
+            else:
+                stats.requests_unanswered += 1
         if isinstance(admission.outcome, str):
-            self.log.add(self.clock(), "webhook", f"denied {key}: {admission.outcome}")
+            stats.vmis_denied += 1
+            # KubeVirt retries a denied start within moments, many times: the log says a
+            # denial once, until its reason changes.
+            if self._last_denial.get(key) != admission.outcome:
+                self._last_denial[key] = admission.outcome
+                self.log.add(self.clock(), "webhook", f"denied {key}: {admission.outcome}")
         else:
+            self._last_denial.pop(key, None)
+            if request is None:
+                stats.vmis_admitted_pinned += 1
+            else:
+                stats.vmis_admitted_after_request += 1
             self.log.add(self.clock(), "webhook", f"admitted {key}")
         return admission.outcome
+
+    async def admit_pod(self, pod: dict[str, Any]) -> dict[str, Any] | str:
+        """The API server calling the pod webhooks on a Pod CREATE. gpu-binder's pod webhook
+        (branch kv-podpin, gpu_binder.webhook.pods) is called where it exists; without it,
+        as on today's main, every pod is admitted as KubeVirt rendered it."""
+        if self.pod_pinner is None:
+            return pod
+        return call_pod_webhook(self.pod_pinner, pod)
 
     async def _answer_requests(self) -> None:
         await self.reconcile(REQUESTS_KEY)
@@ -227,6 +297,10 @@ class Cluster:
     ) -> None:
         await self.fleet.add_node(name, gpus, self.classes[cls].model, labels)
 
+    def resources(self, gpus: dict[str, int]) -> list[str]:
+        """One device name per GPU ordered: the classes' resourceNames."""
+        return [self.classes[c].resource for c, n in gpus.items() for _ in range(n)]
+
     def add_vm(
         self,
         namespace: str,
@@ -234,13 +308,58 @@ class Cluster:
         gpus: dict[str, int],
         running: bool = False,
         annotations: dict[str, str] | None = None,
+        *,
+        run_strategy: str | None = None,
+        instancetype: str | None = None,
+        data_volume: bool = False,
     ) -> None:
-        names = [self.classes[c].resource for c, n in gpus.items() for _ in range(n)]
-        self.client.put(vm_object(name, namespace, names, running=running, annotations=annotations))
+        """A VM ordering gpus in its template, or none there and its instancetype's; with
+        data_volume its disk is a new DataVolume waiting for its first consumer."""
+        dv = f"{name}-rootdisk" if data_volume else None
+        if dv is not None:
+            self.storage.add_waiting(namespace, dv)
+        vm = vm_object(
+            name,
+            namespace,
+            [] if instancetype else self.resources(gpus),
+            running=running,
+            run_strategy=run_strategy,
+            annotations=annotations,
+            instancetype=instancetype,
+            data_volume=dv,
+        )
+        self.client.put(vm)
 
-    async def set_running(self, key: str, running: bool) -> None:
+    def add_instancetype(self, name: str, gpus: dict[str, int]) -> None:
+        """A cluster instancetype giving these GPUs (or new GPUs for one of that name: VMs
+        that recorded a revision of it keep the old)."""
+        tenants.put_instancetype(self.client, name, self.resources(gpus))
+
+    async def edit_template(self, key: str, gpus: dict[str, int]) -> bool:
+        """A tenant edits the VM's template to order gpus instead (a running VMI keeps what
+        it has; the next start runs the new template); False when the VM is gone."""
+        edited = await tenants.edit_devices(self.client, key, self.resources(gpus))
+        await self.settle()
+        return edited
+
+    async def set_running(self, key: str, running: bool) -> str | None:
+        """`virtctl start` / `stop`; the refusal (the VM runs already, its strategy does not
+        take the request...), or None."""
         ns, _, name = key.partition("/")
-        await self.kubevirt.set_running(ns, name, running)
+        refused = await self.kubevirt.set_running(ns, name, running)
+        await self.settle()
+        return refused
+
+    async def set_run_strategy(self, key: str, strategy: str) -> None:
+        """A tenant sets the VM's spec.runStrategy (kubectl patch)."""
+        await tenants.set_run_strategy(self.client, key, strategy)
+        await self.settle()
+
+    async def guest_ends(self, key: str, failed: bool = False) -> None:
+        """The guest of the VM's VMI powers off (or crashes): the VMI ends on its own."""
+        ns, _, name = key.partition("/")
+        phase, reason = ("Failed", "GuestCrashed") if failed else ("Succeeded", "")
+        await self.kubelet.finish(ns, name, phase, reason)
         await self.settle()
 
     async def delete_vm(self, key: str) -> None:
@@ -293,9 +412,24 @@ class Cluster:
         await self.settle()
 
     async def start_unmanaged(self, raw: dict[str, Any]) -> None:
-        """A VMI created around the webhook (say while it was down)."""
-        await self.kubevirt.create_vmi(raw, admitted=False)
+        """A VMI started before gpu-binder was installed (while its webhooks are down the
+        API server refuses GPU VMIs and pods: failurePolicy Fail): neither the VMI nor its
+        pods are admitted by them, and no binder looks until it runs."""
+        pinner, self.pod_pinner, up = self.pod_pinner, None, self.binder_up
+        self.binder_up = False
+        try:
+            vmi = await self.kubevirt.create_vmi(raw, admitted=False)
+            for _ in range(30):  # KubeVirt, the scheduler and the kubelet run it meanwhile
+                await self.tick(1)
+                if isinstance(vmi, str) or self._phase_of(vmi) in ("Running", "Succeeded", ""):
+                    break
+        finally:
+            self.pod_pinner, self.binder_up = pinner, up
         await self.settle()
+
+    def _phase_of(self, vmi: VirtualMachineInstance) -> str:
+        found = self.client.peek(VirtualMachineInstance, vmi.metadata.name, vmi.metadata.namespace)
+        return found.phase if found is not None else ""
 
 
 def elapsed(c: Cluster) -> timedelta:

@@ -1,5 +1,10 @@
 """`gpu-binder sim`: the embedded cluster under a random or trace workload, with faults on
---chaos, checking every invariant after every event."""
+--chaos, checking every invariant after every event.
+
+The figures a run prints (FIGURES says what each one counts) are counted where the thing
+happens: decisions by the binder's Events, admissions by the API server's calls to the
+webhooks, starts by virt-handler, pods by virt-controller, the scheduler and the kubelets.
+"""
 
 from __future__ import annotations
 
@@ -11,139 +16,59 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.ledger import of_ledger
 from gpu_binder.replay.order import Order, orders_from_pods
 from gpu_binder.replay.trace import Node, TraceError, load_nodes, load_pods
-from gpu_binder.sim.catalog import H100, L40S
-from gpu_binder.sim.cluster import ClassDef, Cluster
+from gpu_binder.sim.chaos import FAULT_ODDS, Workload, build, fault, step
+from gpu_binder.sim.cluster import Cluster
 from gpu_binder.sim.trace import CREATE, TraceWorkload, build_trace
 
-CLASSES = [
-    ClassDef("h100", "nvidia.com/GH100_H100_SXM5_80GB", H100, release_after="2h"),
-    ClassDef("l40s", "nvidia.com/AD102GL_L40S", L40S, policy="Spread", release_after="30m"),
-]
-SIZES = (1, 1, 1, 2, 2, 4, 8)
-# The chance that an event is a fault under --chaos.
-FAULT_ODDS = 0.06
-FAULTS = (
-    "notready",
-    "ready",
-    "cordon",
-    "uncordon",
-    "unhealthy",
-    "healthy",
-    "conflict",
-    "restart",
-    "delete-device",
-    "binder-down",
-)
-
-
-@dataclass
-class Workload:
-    rng: random.Random
-    gpus_per_node: int
-    keys: list[str]
-    serial: int = 0
-
-    def new_vm(self, c: Cluster) -> str:
-        self.serial += 1
-        cls = "l40s" if self.rng.random() < 0.25 else "h100"
-        n = min(self.rng.choice(SIZES), self.gpus_per_node)
-        ns, name = f"tenant-{self.serial % 20:02d}", f"vm-{self.serial:06d}"
-        c.add_vm(ns, name, {cls: n})
-        self.keys.append(f"{ns}/{name}")
-        return f"{ns}/{name}"
-
-
-async def build(
-    nodes: int,
-    gpus_per_node: int,
-    vms: int,
-    seed: int,
-    sweep_always: bool = False,
-    config: Config | None = None,
-) -> tuple[Cluster, Workload]:
-    c = Cluster(CLASSES, config, seed=seed, sweep_always=sweep_always)
-    for i in range(nodes):
-        await c.add_node(f"node-{i:04d}", "l40s" if i % 4 == 3 else "h100", gpus_per_node)
-    w = Workload(random.Random(seed), gpus_per_node, [])
-    for _ in range(vms):
-        w.new_vm(c)
-    await c.tick(1)
-    return c, w
-
-
-async def step(c: Cluster, w: Workload, chaos: bool) -> bool:
-    """One random event; True when it was a fault."""
-    rng = w.rng
-    roll = rng.random()
-    key = rng.choice(w.keys)
-    if chaos and roll < FAULT_ODDS:
-        await fault(c, rng)
-        return True
-    # Tenants start a VM less often than they stop one, so about 40% of VMs want to run:
-    # near the cluster's capacity, where placement and requests are tested hardest.
-    if roll < 0.30:
-        await c.set_running(key, True)
-    elif roll < 0.72:
-        await c.set_running(key, False)
-    elif roll < 0.76:
-        await c.delete_vm(key)
-        w.keys.remove(key)
-        w.new_vm(c)
-        await c.settle()
-    else:
-        await c.tick(rng.choice((1, 5, 30, 120)))
-    return False
-
-
-async def fault(c: Cluster, rng: random.Random) -> None:
-    nodes = sorted(c.fleet.nodes)
-    devices = sorted(c.world.devices.by_name)
-    kind = rng.choice(FAULTS)
-    node = rng.choice(nodes)
-    if kind == "notready":
-        await c.set_node(node, ready=False)
-    elif kind == "ready":
-        for n in nodes:
-            if not c.fleet.nodes[n].agent_up:
-                await c.set_node(n, ready=True)
-                break
-    elif kind in ("cordon", "uncordon"):
-        await c.set_node(node, cordoned=kind == "cordon")
-    elif kind in ("unhealthy", "healthy") and devices:
-        await c.set_health(rng.choice(devices), kind == "healthy", "fell off the bus")
-    elif kind == "conflict" and devices:
-        c.client.conflict_next_write(GPUDevice, rng.choice(devices))
-    elif kind == "restart":
-        c.restart_binder()
-    elif kind == "binder-down":
-        # An outage or a leader failover: KubeVirt goes on, and VMs stopped meanwhile
-        # end and are deleted while no binder watches (invariant 6: billed to the finish).
-        c.binder_up = False
-        await c.tick(rng.choice((5, 60)))
-        running = sorted(v.order_key for v in c.client.objects(VirtualMachineInstance) if v.live)
-        for key in rng.sample(running, min(len(running), rng.choice((1, 3)))):
-            await c.set_running(key, False)
-        await c.tick(rng.choice((5, 60)))
-        c.binder_up = True
-        c.restart_binder()
-    elif kind == "delete-device" and devices:
-        await c.delete_device(rng.choice(devices))
-    elif kind == "gpu-gone" and devices:
-        # The GPU falls off the bus for good: its agent deletes the GPUDevice.
-        await c.remove_gpu(rng.choice(devices))
-    elif kind in ("plugin-down", "plugin-up"):
-        await c.set_plugin(node, kind == "plugin-up")
-    await c.tick(rng.choice((1, 60, 400)))
+# What each figure of a run counts (printed by --help, kept beside the code that counts).
+FIGURES = {
+    "devices": "GPUDevices at the end",
+    "vms": "VMs at the end",
+    "events": "workload events played (fewer than asked when violations stopped the run)",
+    "faults": "events that were faults (--chaos)",
+    "binds": "sets the binder bound (Events GPUOrder, GPURequest)",
+    "moves": "sets the binder moved to another node (Events GPUMove)",
+    "rebinds": "devices rebound after a loss (Events GPURebind)",
+    "adoptions": "running VMIs whose devices the binder adopted (Events GPUAdopted)",
+    "vmis_admitted_pinned": "VMI creations the webhook admitted pinned to the set its VM "
+    "had, without a bind request",
+    "vmis_admitted_after_request": "VMI creations admitted once the binder bound a bind request",
+    "vmis_denied": "VMI creations the webhook denied, for any reason (each retry counts)",
+    "requests_bound": "bind requests the binder answered Bound",
+    "requests_failed": "bind requests the binder answered Failed: its refusals, mostly no "
+    "free set that large (each retry of a start counts)",
+    "requests_unanswered": "bind requests no binder answered in time (the binder was down)",
+    "vms_refused": "distinct VMs with at least one failed bind request",
+    "vmis_created": "VMIs created (admitted): the VM controller's, and standalone ones",
+    "vmis_running": "VMIs whose guest started (virt-handler set them Running)",
+    "launcher_pods": "virt-launcher pods virt-controller created",
+    "temporary_pods": "WaitForFirstConsumer temporary pods virt-controller created",
+    "pods_denied": "pod creations the pod webhook denied",
+    "pods_waited_for_node": "pods the scheduler found no node for, at least once",
+    "pods_failed_admission": "pods the kubelet's device manager refused (their units were "
+    "not free on the node)",
+    "affinity_syncs": "VMIs whose affinity or nodeSelector the VM controller made its "
+    "template's (the LiveUpdate rollout strategy)",
+    "vm_sync_errors": "VM controller syncs that failed and were retried with backoff "
+    "(denied VMI creations among them)",
+    "vms_recreated": "VMs deleted and created again under their name (--chaos)",
+    "conflicts": "write conflicts (409) the binder met in its passes",
+    "passes": "binder passes run: full passes and requests passes (one per bind request)",
+    "usage_records_open": "usage records still open at the end",
+    "usage_records_closed": "usage records closed",
+    "violations": "the first 50 violations found, each with its time",
+    "violation_counts": "violations found per invariant, all of them",
+    "seconds": "wall time of the run",
+}
+MAX_LISTED = 50
 
 
 async def run(
@@ -155,52 +80,81 @@ async def run(
     chaos: bool,
     sweep_always: bool = False,
     config: Config | None = None,
+    *,
+    max_violations: int = MAX_LISTED,
+    live_update: bool | None = None,
 ) -> dict[str, Any]:
+    """The random workload; it stops once more than max_violations were found (0: never);
+    live_update=False runs KubeVirt with the Stage rollout strategy (no affinity sync)."""
     started = time.perf_counter()
-    c, w = await build(nodes, gpus_per_node, vms, seed, sweep_always, config)
+    c, w = await build(
+        nodes, gpus_per_node, vms, seed, sweep_always, config, chaos=chaos, live_update=live_update
+    )
     gc.freeze()  # the cluster's objects live for the whole run: the collector need not scan them
     violations: list[str] = []
-    faults = 0
+    counts: dict[str, int] = {}
+    faults = played = 0
     for _ in range(events):
         faults += await step(c, w, chaos)
-        check(c, violations)
-        if len(violations) > 50:
+        played += 1
+        check(c, violations, counts)
+        if max_violations and sum(counts.values()) > max_violations:
             break
     return {
         "devices": len(c.client.objects(GPUDevice)),
         "vms": len(w.keys),
-        "events": events,
+        "events": played,
         "faults": faults,
         **figures(c),
+        "vms_recreated": w.recreated,
         "violations": violations,
+        "violation_counts": dict(sorted(counts.items())),
         "seconds": round(time.perf_counter() - started, 2),
         "final_bindings": final_bindings(c),
     }
 
 
-def check(c: Cluster, violations: list[str]) -> None:
-    """Every invariant, now; violations are added with the time they were found."""
+def check(c: Cluster, violations: list[str], counts: dict[str, int] | None = None) -> None:
+    """Every invariant, now; violations are added with the time they were found (the first
+    MAX_LISTED of them), and counted per invariant."""
     for v in c.check():
-        violations.append(f"t+{int((c.clock() - c.t0).total_seconds())}s {v}")
+        if counts is not None:
+            number = v[: v.index(")") + 1] if v.startswith("(") else "?"
+            counts[number] = counts.get(number, 0) + 1
+        if len(violations) < MAX_LISTED or counts is None:
+            violations.append(f"t+{int((c.clock() - c.t0).total_seconds())}s {v}")
 
 
 def figures(c: Cluster) -> dict[str, int]:
-    """What the binder, webhook and kubelets did, for either workload."""
+    """What the binder, webhooks, KubeVirt and kubelets did, for either workload (FIGURES)."""
     reasons: dict[str, int] = {}
     for note in c.notes():
         reasons[note.reason] = reasons.get(note.reason, 0) + 1
     records = of_ledger(c.client.objects(GPUUsageRecord))
+    stats, kubevirt = c.stats, c.kubevirt
     return {
         "binds": reasons.get("GPUOrder", 0) + reasons.get("GPURequest", 0),
         "moves": reasons.get("GPUMove", 0),
         "rebinds": reasons.get("GPURebind", 0),
         "adoptions": reasons.get("GPUAdopted", 0),
-        "requests_answered": c.stats.requests_answered,
-        "requests_failed": c.stats.requests_failed,
-        "starts": c.kubelet.started,
-        "starts_failed": len(c.kubelet.failed_starts),
-        "conflicts": c.stats.conflicts,
-        "passes": c.stats.passes,
+        "vmis_admitted_pinned": stats.vmis_admitted_pinned,
+        "vmis_admitted_after_request": stats.vmis_admitted_after_request,
+        "vmis_denied": stats.vmis_denied,
+        "requests_bound": stats.requests_bound,
+        "requests_failed": stats.requests_failed,
+        "requests_unanswered": stats.requests_unanswered,
+        "vms_refused": len(stats.vms_refused),
+        "vmis_created": kubevirt.created,
+        "vmis_running": c.kubelet.started,
+        "launcher_pods": kubevirt.vmis.pods_created["launcher"],
+        "temporary_pods": kubevirt.vmis.pods_created["temporary"],
+        "pods_denied": len(kubevirt.vmis.pod_denials),
+        "pods_waited_for_node": len(kubevirt.scheduler.waited),
+        "pods_failed_admission": len(c.kubelet.failed_starts),
+        "affinity_syncs": kubevirt.vms.affinity_syncs,
+        "vm_sync_errors": len(kubevirt.vms.start_errors),
+        "conflicts": stats.conflicts,
+        "passes": stats.passes,
         "usage_records_open": sum(1 for r in records if r.spec.end is None),
         "usage_records_closed": sum(1 for r in records if r.spec.end is not None),
     }
@@ -238,16 +192,18 @@ async def run_trace(
     gc.freeze()
     rng = random.Random(seed)
     violations: list[str] = []
+    counts: dict[str, int] = {}
     faults = 0
     played = 0
-    while not w.done and len(violations) <= 50:
+    plain = Workload(rng, 0, [])
+    while not w.done and sum(counts.values()) <= MAX_LISTED:
         if chaos and rng.random() < FAULT_ODDS:
-            await fault(c, rng)
+            await fault(c, plain, rng)
             faults += 1
-            check(c, violations)
+            check(c, violations, counts)
         await w.step(c)
         played += 1
-        check(c, violations)
+        check(c, violations, counts)
     w.finish(c)
     return {
         "devices": len(c.client.objects(GPUDevice)),
@@ -256,6 +212,7 @@ async def run_trace(
         "faults": faults,
         **figures(c),
         "violations": violations,
+        "violation_counts": dict(sorted(counts.items())),
         "seconds": round(time.perf_counter() - started, 2),
         **trace_figures(c, w),
         "final_bindings": final_bindings(c),
@@ -285,9 +242,28 @@ def trace_figures(c: Cluster, w: TraceWorkload) -> dict[str, Any]:
 
 
 def main_sim(
-    nodes: int, gpus_per_node: int, vms: int, events: int, seed: int, chaos: bool, as_json: bool
+    nodes: int,
+    gpus_per_node: int,
+    vms: int,
+    events: int,
+    seed: int,
+    chaos: bool,
+    as_json: bool,
+    max_violations: int = MAX_LISTED,
+    live_update: bool | None = None,
 ) -> int:
-    figures = asyncio.run(run(nodes, gpus_per_node, vms, events, seed, chaos))
+    figures = asyncio.run(
+        run(
+            nodes,
+            gpus_per_node,
+            vms,
+            events,
+            seed,
+            chaos,
+            max_violations=max_violations,
+            live_update=live_update,
+        )
+    )
     return report(figures, as_json)
 
 
@@ -303,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="The embedded cluster under a random workload or a GPU cluster trace, "
         "with faults on --chaos; every invariant is checked after every event and the run "
         "prints its figures (exit 1 on a violation).",
+        epilog="figures:\n" + "\n".join(f"  {k}: {v}" for k, v in FIGURES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--nodes", type=int, default=20, help="random: nodes (default 20)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="random: GPUs a node")
@@ -330,6 +308,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="trace: S trace seconds per simulated second (default 1)",
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--max-violations",
+        type=int,
+        default=MAX_LISTED,
+        metavar="N",
+        help=f"random: stop once more than N violations were found (0: play every event; "
+        f"default {MAX_LISTED})",
+    )
+    p.add_argument(
+        "--vm-rollout-strategy",
+        choices=("LiveUpdate", "Stage"),
+        default="LiveUpdate",
+        help="random: KubeVirt's vmRolloutStrategy (default LiveUpdate, KubeVirt's own "
+        "default, under which the VM controller syncs a VMI's affinity to its template's)",
+    )
     p.add_argument("--chaos", action="store_true", help="inject faults at random")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
@@ -347,7 +340,15 @@ def main_sim_cli(argv: Sequence[str]) -> int:
         if args.trace_pods is not None or args.time_scale != 1.0:
             return usage("--trace-pods and --time-scale need --trace")
         return main_sim(
-            args.nodes, args.gpus_per_node, args.vms, args.events, args.seed, args.chaos, args.json
+            args.nodes,
+            args.gpus_per_node,
+            args.vms,
+            args.events,
+            args.seed,
+            args.chaos,
+            args.json,
+            args.max_violations,
+            args.vm_rollout_strategy == "LiveUpdate",
         )
     if args.trace_pods is not None and args.trace_pods < 1:
         return usage("--trace-pods must be at least 1")

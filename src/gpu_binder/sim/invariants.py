@@ -1,10 +1,12 @@
 """The invariants of DESIGN §2, checked over the store as it changes.
 
 The checker follows every write through the store's subscription hook, so transitions
-(3, 4, 6, 8) are judged on each device version in write order, not on snapshots that
-could hide a step in between; `check()` then judges the state (1, 2, 6, 8) of what changed
-since the last check only, so running it after every event costs what the event changed.
-Invariant 5 is structural (only the binder writes status.binding) and 7 is `quiet_pass`.
+(3, 4, 6, 8, 11) are judged on each device version in write order, not on snapshots that
+could hide a step in between; `check()` then judges the state (1, 2, 6, 8, 9) of what
+changed since the last check only, so running it after every event costs what the event
+changed. Invariant 5 is structural (only the binder writes status.binding), 7 is
+`quiet_pass`, 9 and 9b (an Attached device is one its VMI runs with) are sim.podcheck's,
+11 is sim.recordcheck's.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
+from gpu_binder.sim.podcheck import PodChecker
+from gpu_binder.sim.recordcheck import RecordChecker
 
 Interval = tuple[str, str]  # (VMI uid, device)
 
@@ -51,6 +55,9 @@ class _Track:
     owner: ObjectRef | None = None
     released_at: datetime | None = None
     cleaning_seen: bool = False
+    # The agent wrote a reset after the release (judged in write order: its lastReset is
+    # by the node's clock, which may be behind the binder's releasedAt).
+    reset_seen: bool = False
 
 
 @dataclass(slots=True)
@@ -98,6 +105,8 @@ class InvariantChecker:
         for r in client.objects(GPUUsageRecord):
             self._on_record(r, deleted=False)
         client.subscribe(self._on_event)
+        self.pods = PodChecker(client)
+        self.records = RecordChecker(client, client.clock)
 
     # --- the checks -----------------------------------------------------------------------
 
@@ -115,8 +124,10 @@ class InvariantChecker:
         self._dirty_devices.clear()
         self._dirty_vms.clear()
         out.extend(self._events_for_changes())
+        out.extend(self.pods.check())
         if records:
             out.extend(self._usage_records())
+            out.extend(self.records.check())
         self.violations.extend(out)
         return out
 
@@ -188,7 +199,9 @@ class InvariantChecker:
                 finished = iv.finished_at or self._finished.get(uid)
                 if r.spec.end is None:
                     out.append(f"(6) {what} ended but its record is still open")
-                elif finished is not None and utc(r.spec.end) != utc(finished):
+                elif finished is not None and utc(r.spec.end) not in self._finish_times(
+                    r, finished
+                ):
                     out.append(
                         f"(6) {what} ended at {finished.isoformat()} but its "
                         f"record says {r.spec.end.isoformat()}"
@@ -197,6 +210,17 @@ class InvariantChecker:
                 del self._intervals[interval]
         self._unverified.clear()
         return out
+
+    def _finish_times(self, r: GPUUsageRecord, finished: datetime) -> set[datetime]:
+        """The ends a record of a VMI that finished then may carry: the finish time (never
+        before the record's start), or that clamped to the binder's now at the close when
+        the VMI's clock was ahead of it (invariant 11)."""
+        start, finished = utc(r.spec.start), utc(finished)
+        closed = self.records.closed_at.get(f"{r.metadata.namespace}/{r.metadata.name}")
+        ends = {max(start, finished)}
+        if closed is not None:
+            ends.add(max(start, min(finished, closed)))
+        return ends
 
     # --- following the store --------------------------------------------------------------
 
@@ -245,7 +269,7 @@ class InvariantChecker:
                 self._slots[(d.spec.node_name, _slot(d))] = name
             if user is not None:
                 self._undisturbed(prev, d, old, new, user)
-            self._cleaned_before_reuse(d, old, new)
+            self._cleaned_before_reuse(prev, d, old, new)
             self._follow_attachment(prev, d)
         if (old.key if old else "") != (new.key if new else ""):
             self._seq += 1
@@ -283,22 +307,34 @@ class InvariantChecker:
             self._pending.append(f"(3) {d.name} went {phase} while VMI {user} runs on it")
 
     def _cleaned_before_reuse(
-        self, d: GPUDevice, old: ObjectRef | None, new: ObjectRef | None
+        self,
+        prev: GPUDevice | None,
+        d: GPUDevice,
+        old: ObjectRef | None,
+        new: ObjectRef | None,
     ) -> None:
         """(4) A device reaches a new VM only after a reset that followed its release."""
         track = self._tracks.setdefault(d.name, _Track(owner=old))
         if d.status.phase == Phase.CLEANING:
             track.cleaning_seen = True
+        if (
+            track.released_at is not None
+            and prev is not None
+            and d.spec.last_reset != prev.spec.last_reset
+        ):
+            track.reset_seen = True
         if new is None:
             released = d.status.released_at
             if old is not None:
                 track.released_at = released
                 track.cleaning_seen = d.status.phase == Phase.CLEANING
+                track.reset_seen = False
             elif released is not None and (
                 track.released_at is None or utc(released) > utc(track.released_at)
             ):
                 # Released again while free (a recovered Lost device): the reset must follow.
                 track.released_at = released
+                track.reset_seen = False
             return
         if old is not None and _same_owner(old, new):
             return
@@ -309,12 +345,13 @@ class InvariantChecker:
                 f"(4) {d.name} went from {old.key} to {new.key} without being released"
             )
         elif must_clean and track.owner is not None and not _same_owner(track.owner, new):
-            reset, released = d.spec.last_reset, track.released_at
+            released, echoed = track.released_at, d.spec.last_reset_for
+            # A reset the agent wrote after the release, or its echo of the release it
+            # cleaned for: never the two clocks compared (the node's may be behind).
             cleaned = (
                 track.cleaning_seen
-                and reset is not None
                 and released is not None
-                and utc(reset) >= utc(released)
+                and (track.reset_seen or (echoed is not None and utc(echoed) == utc(released)))
             )
             if not cleaned:
                 self._pending.append(
@@ -322,6 +359,7 @@ class InvariantChecker:
                     "Cleaning that ended in a reset after its release"
                 )
         track.owner, track.released_at, track.cleaning_seen = new, None, False
+        track.reset_seen = False
 
     def _follow_attachment(self, prev: GPUDevice | None, d: GPUDevice) -> None:
         before = prev.status.attachment if prev is not None else None

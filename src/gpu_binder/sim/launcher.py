@@ -1,5 +1,6 @@
 """The pods KubeVirt renders for a VMI: the virt-launcher pod and the WaitForFirstConsumer
-temporary pod, as the API server receives them at CREATE (named by generateName later).
+temporary pod, as the API server receives them at CREATE (named by generateName after
+admission: `name_pod`).
 
 Follows kubevirt/kubevirt `pkg/virt-controller/services/template.go`,
 `renderLaunchManifest` (the temporary pod is the same manifest with `tempPod` set, called
@@ -10,25 +11,36 @@ DataVolume waits for its first consumer):
   (`filterVMIAnnotationsForPod`), `kubevirt.io/domain`, and for the temporary pod
   `kubevirt.io/ephemeral-provisioning` (`generatePodAnnotations`);
 - owned by the VMI (a controller reference);
-- the compute container first, holding `spec.domain.resources` as given, one unit of
-  `devices.kubevirt.io/kvm`, `tun` and `vhost-net` (`getRequiredResources`, for a VMI on the
-  pod network), and one unit per `gpus[]` / `hostDevices[]` entry of its `deviceName`
-  (`renderresources.go` `WithGPUsDevicePlugins`, `WithHostDevicesDevicePlugins`);
+- the compute container first: one unit of `devices.kubevirt.io/kvm`, `tun` and
+  `vhost-net` (`getRequiredResources`, for a VMI on the pod network) and one unit per
+  `gpus[]` / `hostDevices[]` entry of its `deviceName`, DRA entries (`claimRequest`) aside
+  (`renderresources.go` `WithGPUsDevicePlugins`, `WithHostDevicesDevicePlugins`,
+  `requestResource`); the VMI's own `spec.domain.resources` entries are copied over the
+  computed ones (`ResourceRenderer.Limits` / `Requests`: `copyResources` of vmLimits after
+  calculatedLimits), so an explicit entry for a device name replaces its count;
 - the VMI's affinity copied as it is at render time, then (`setNodeAffinityForPod`) a
   `DoesNotExist` requirement on `node-labeller.kubevirt.io/obsolete-host-model` ANDed into
   every required term when the CPU model is unset or host-model (KubeVirt's default), and
   one per forbidden CPU feature (`modifyNodeAffintyToRejectLabel`): a launcher pod mostly
   has a required term of KubeVirt's own even when its VMI has no affinity;
-- its node selector plus `kubevirt.io/schedulable=true` (`NodeSelectorRenderer`), its
-  tolerations.
+- `kubevirt.io/schedulable=true` with the VMI's node selector over it
+  (`nodeselectorrenderer.go` `NewNodeSelectorRenderer`: `maps.Copy` of the VMI's last),
+  its tolerations, scheduler and priority class;
+- restartPolicy Never, no service-account token or service links, the readiness gate
+  `kubevirt.io/virtual-machine-unpaused` (`readinessGates`);
+- terminationGracePeriodSeconds: the VMI's (default 30, `v1.DefaultGracePeriodSeconds`)
+  padded twice by 15 s (`gracePeriodKillAfter`).
 
-A stand-in of what gpu-binder's pod webhook and the embedded cluster need: volumes, probes,
-sidecars and security contexts are left out.
+A stand-in of what gpu-binder's pod webhook and the embedded cluster need: CPU and memory
+requests (sim nodes serve none), volumes, probes, sidecars and security contexts are left
+out. One renderer serves the webhook tests, the real API server tier and the embedded
+cluster.
 """
 
 from __future__ import annotations
 
 import copy
+import random
 from collections import Counter
 from typing import Any
 
@@ -37,12 +49,16 @@ from gpu_binder.api.pod import APP_LABEL, CREATED_BY_LABEL, LAUNCHER, VMI_KIND
 
 DOMAIN_ANNOTATION = "kubevirt.io/domain"
 EPHEMERAL_ANNOTATION = "kubevirt.io/ephemeral-provisioning"
-SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
+SCHEDULABLE_LABEL = "kubevirt.io/schedulable"  # the label virt-handler keeps on its node
 VM_NAME_LABEL = "vm.kubevirt.io/name"
 HOST_MODEL_OBSOLETE = "node-labeller.kubevirt.io/obsolete-host-model"
 CPU_FEATURE_LABEL = "cpu-feature.node.kubevirt.io/"
+COMPUTE = "compute"
+UNPAUSED_GATE = "kubevirt.io/virtual-machine-unpaused"  # v1.VirtualMachineUnpaused
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-# What every VMI on the pod network gets besides its own resources (getRequiredResources).
+# What every VMI on the pod network gets besides its own resources (getRequiredResources);
+# virt-handler's permanent device plugins serve them on every node (device_controller.go,
+# PermanentHostDevicePlugins).
 VIRTUALIZATION_DEVICES = (
     "devices.kubevirt.io/kvm",
     "devices.kubevirt.io/tun",
@@ -50,6 +66,13 @@ VIRTUALIZATION_DEVICES = (
 )
 _NOT_COPIED = ("kubectl.kubernetes.io", "kubevirt.io/storage-observed-api-version")
 _NOT_COPIED_TOO = "kubevirt.io/latest-observed-api-version"
+# metav1 default of a VMI's terminationGracePeriodSeconds, and KubeVirt's padding.
+_DEFAULT_GRACE = 30
+_GRACE_PADDING = 15
+# The characters and length of the suffix the API server gives a generateName
+# (k8s.io/apimachinery/pkg/util/rand.String: no vowels, no confusable digits).
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SUFFIX_LENGTH = 5
 
 
 def render_launcher_pod(vmi_raw: dict[str, Any], *, temp: bool = False) -> dict[str, Any]:
@@ -63,7 +86,7 @@ def render_launcher_pod(vmi_raw: dict[str, Any], *, temp: bool = False) -> dict[
         if not k.startswith(_NOT_COPIED) and not k.startswith(_NOT_COPIED_TOO)
     }
     annotations[DOMAIN_ANNOTATION] = name
-    annotations["kubectl.kubernetes.io/default-container"] = "compute"
+    annotations["kubectl.kubernetes.io/default-container"] = COMPUTE
     if temp:
         annotations[EPHEMERAL_ANNOTATION] = "true"
     labels = {
@@ -73,10 +96,18 @@ def render_launcher_pod(vmi_raw: dict[str, Any], *, temp: bool = False) -> dict[
         # dns.SanitizeHostname: spec.hostname, else the name up to its first dot.
         VM_NAME_LABEL: str(spec.get("hostname") or name.split(".")[0])[:63],
     }
+    grace = spec.get("terminationGracePeriodSeconds")
+    grace = grace if isinstance(grace, int) else _DEFAULT_GRACE
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # No service-account token and no service links unless a volume asks
+        # (renderLaunchManifest); virt-handler reports the guest unpaused through the gate.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "readinessGates": [{"conditionType": UNPAUSED_GATE}],
         "containers": [_compute(spec, temp)],
-        "nodeSelector": {**(spec.get("nodeSelector") or {}), SCHEDULABLE_LABEL: "true"},
+        "terminationGracePeriodSeconds": grace + 2 * _GRACE_PADDING,
+        "nodeSelector": {SCHEDULABLE_LABEL: "true", **(spec.get("nodeSelector") or {})},
     }
     for field in ("affinity", "tolerations", "schedulerName", "priorityClassName"):
         if spec.get(field):
@@ -106,26 +137,44 @@ def render_launcher_pod(vmi_raw: dict[str, Any], *, temp: bool = False) -> dict[
     }
 
 
+def name_pod(pod_raw: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The pod named from its generateName, as the API server names it once admission is
+    through (its storage's BeforeCreate, after the mutating webhooks saw no name); `rng`
+    draws the suffix, so a seeded run names pods alike every time."""
+    meta = pod_raw.get("metadata") or {}
+    if meta.get("name"):
+        return pod_raw
+    suffix = "".join(rng.choice(_SUFFIX_ALPHABET) for _ in range(_SUFFIX_LENGTH))
+    return {**pod_raw, "metadata": {**meta, "name": str(meta.get("generateName", "")) + suffix}}
+
+
+def is_temp_pod(pod_raw: dict[str, Any]) -> bool:
+    """A WaitForFirstConsumer temporary pod (lifecycle.go, `isTempPod`)."""
+    return EPHEMERAL_ANNOTATION in ((pod_raw.get("metadata") or {}).get("annotations") or {})
+
+
 def _compute(spec: dict[str, Any], temp: bool) -> dict[str, Any]:
     domain = spec.get("domain") or {}
-    resources = domain.get("resources") or {}
-    requests: dict[str, Any] = dict(resources.get("requests") or {})
-    limits: dict[str, Any] = dict(resources.get("limits") or {})
     units: Counter[str] = Counter(VIRTUALIZATION_DEVICES)
     devices = domain.get("devices") or {}
     for section in ("gpus", "hostDevices"):
         for entry in devices.get(section) or ():
-            if isinstance(entry, dict) and entry.get("deviceName"):
+            if (
+                isinstance(entry, dict)
+                and entry.get("deviceName")
+                and entry.get("claimRequest") is None
+            ):
                 units[str(entry["deviceName"])] += 1
-    # Device plugin resources go in both, one unit per entry (requestResource).
-    for resource, n in units.items():
-        requests[resource] = str(int(str(requests.get(resource, 0))) + n)
-        limits[resource] = str(int(str(limits.get(resource, 0))) + n)
+    computed = {resource: str(n) for resource, n in units.items()}
+    # The VMI's own entries are copied over the computed ones (copyResources).
+    resources = domain.get("resources") or {}
+    requests = {**computed, **(resources.get("requests") or {})}
+    limits = {**computed, **(resources.get("limits") or {})}
     command = (
         ["/bin/bash", "-c", "echo", "bound PVCs"] if temp else ["/usr/bin/virt-launcher-monitor"]
     )
     return {
-        "name": "compute",
+        "name": COMPUTE,
         "image": "quay.io/kubevirt/virt-launcher:stand-in",
         "command": command,
         "resources": {"requests": requests, "limits": limits},

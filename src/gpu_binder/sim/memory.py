@@ -191,11 +191,20 @@ class MemoryClient(Store):
             return await self.create(cast(T, self._parse(k, fresh)))
         return await self.patch(kind, name, namespace, obj)
 
-    async def delete(self, kind: type[T], name: str, namespace: str = "") -> None:
+    async def delete(
+        self,
+        kind: type[T],
+        name: str,
+        namespace: str = "",
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete; a pod running on a node is only marked, until its kubelet deletes it
+        again with grace_period_seconds=0."""
         k = self._kind(kind)
         stored = self._stored(k, name, namespace)
         self.writes += 1
-        self._delete(k, stored)
+        self._delete(k, stored, graceful=grace_period_seconds != 0)
 
 
 if TYPE_CHECKING:

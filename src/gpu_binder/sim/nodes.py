@@ -7,6 +7,7 @@ from datetime import datetime
 
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.sim.builders import node_object, ready_condition
+from gpu_binder.sim.launcher import SCHEDULABLE_LABEL, VIRTUALIZATION_DEVICES
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.retry import modify, wire
 
@@ -14,7 +15,18 @@ from gpu_binder.sim.retry import modify, wire
 async def create_node(
     client: MemoryClient, name: str, now: datetime, labels: Mapping[str, str] | None = None
 ) -> Node:
-    return await client.create(node_object(name, now, labels=labels))
+    """A node as its kubelet registers it, labelled schedulable by its virt-handler's
+    heartbeat (pkg/virt-handler/heartbeat/heartbeat.go), which KubeVirt's pods select, and
+    serving virt-handler's permanent device plugins, which every launcher pod asks a unit
+    of (sim.launcher)."""
+    return await client.create(
+        node_object(
+            name,
+            now,
+            labels={SCHEDULABLE_LABEL: "true", **(labels or {})},
+            allocatable=VIRT_HANDLER_UNITS,
+        )
+    )
 
 
 async def set_ready(client: MemoryClient, name: str, ready: bool, now: datetime) -> Node | None:
@@ -51,20 +63,30 @@ async def cordon(client: MemoryClient, name: str, unschedulable: bool = True) ->
 
 # Allocatable the kubelet reports of the node itself, not of a device plugin.
 NODE_OWN = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+# virt-handler's permanent device plugins: kvm, tun and vhost-net, each with --max-devices
+# units (pkg/virt-handler/device-manager/device_controller.go PermanentHostDevicePlugins;
+# cmd/virt-handler/virt-handler.go maxDevices = 1000).
+VIRT_HANDLER_UNITS = dict.fromkeys(VIRTUALIZATION_DEVICES, 1000)
+
+
+def _kept(key: str) -> bool:
+    """Allocatable the GPU device plugins do not report: the node's own, virt-handler's."""
+    return key in NODE_OWN or key in VIRT_HANDLER_UNITS
 
 
 async def set_allocatable(
     client: MemoryClient, name: str, allocatable: Mapping[str, int]
 ) -> Node | None:
-    """Replace the node's device-plugin units with allocatable (written only when changed);
-    its CPU and memory stay, as the kubelet reports them beside the plugins' units."""
+    """Replace the node's GPU device-plugin units with allocatable (written only when
+    changed); its CPU and memory and virt-handler's units stay, as the kubelet reports
+    them beside the plugins' units."""
 
     def change(node: Node) -> Node | None:
-        if node.allocatable == dict(allocatable):
+        if {k: v for k, v in node.allocatable.items() if not _kept(k)} == dict(allocatable):
             return None
         raw = wire(node)
         status = raw.setdefault("status", {})
-        kept = {k: v for k, v in (status.get("allocatable") or {}).items() if k in NODE_OWN}
+        kept = {k: v for k, v in (status.get("allocatable") or {}).items() if _kept(k)}
         status["allocatable"] = {**kept, **{k: str(v) for k, v in sorted(allocatable.items())}}
         return Node.from_dict(raw)
 

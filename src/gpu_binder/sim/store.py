@@ -249,14 +249,21 @@ class Store:
         if same(candidate, stored):
             return stored
         key = (old.namespace, old.name)
-        if old.deletion_timestamp is not None and not meta.finalizers:
+        if (
+            old.deletion_timestamp is not None
+            and not meta.finalizers
+            and not _terminates_gracefully(k, candidate)
+        ):
+            # The last finalizer removed; or a terminating pod's final status (ended), which
+            # stands for its kubelet's status write and delete with grace 0 in one.
             return self._remove(k, key, candidate)
         return self._commit(k, key, stored, candidate)
 
-    def _delete(self, k: Kind, stored: Any) -> None:
+    def _delete(self, k: Kind, stored: Any, graceful: bool = True) -> None:
         meta = stored.metadata
         key = (meta.namespace, meta.name)
-        if not meta.finalizers:
+        gentle = graceful and _terminates_gracefully(k, stored)
+        if not meta.finalizers and not gentle:
             self._remove(k, key, self._assemble(k, stored, meta, None, stored))
         elif meta.deletion_timestamp is None:
             marked = evolve(meta, {"deletion_timestamp": self._now()})
@@ -310,3 +317,12 @@ class Store:
                     callback(kind, ev)
         finally:
             self._dispatching = False
+
+
+def _terminates_gracefully(k: Kind, stored: Any) -> bool:
+    """A pod bound to a node and not yet ended is only marked when deleted: its kubelet
+    stops its containers, then deletes it for good (grace 0); an unbound or ended pod goes
+    at once (the API server's pod strategy, CheckGracefulDelete)."""
+    if k.resource.kind != "Pod":
+        return False
+    return bool(getattr(stored, "node_name", "")) and not getattr(stored, "ended", True)
