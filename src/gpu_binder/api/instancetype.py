@@ -24,7 +24,7 @@ the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from gpu_binder.api.meta import ObjectMeta
 
@@ -174,12 +174,8 @@ def _instancetype_devices(raw: dict[str, Any]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class VirtualMachineInstancetype:
-    """A namespaced instancetype (instancetype.kubevirt.io/v1beta1)."""
-
-    KIND: ClassVar[str] = INSTANCETYPE_KIND
-    PLURAL: ClassVar[str] = "virtualmachineinstancetypes"
-    NAMESPACED: ClassVar[bool] = True
+class _Instancetype:
+    """What gpu-binder reads of an instancetype of either scope."""
 
     metadata: ObjectMeta
     # The deviceNames of its spec.gpus, then spec.hostDevices.
@@ -187,7 +183,7 @@ class VirtualMachineInstancetype:
     raw: dict[str, Any] = field(compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> VirtualMachineInstancetype:
+    def from_dict(cls, raw: dict[str, Any]) -> Self:
         return cls(
             metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
             device_names=_instancetype_devices(raw),
@@ -199,28 +195,22 @@ class VirtualMachineInstancetype:
 
 
 @dataclass(frozen=True, slots=True)
-class VirtualMachineClusterInstancetype:
+class VirtualMachineInstancetype(_Instancetype):
+    """A namespaced instancetype (instancetype.kubevirt.io/v1beta1)."""
+
+    KIND: ClassVar[str] = INSTANCETYPE_KIND
+    PLURAL: ClassVar[str] = "virtualmachineinstancetypes"
+    NAMESPACED: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualMachineClusterInstancetype(_Instancetype):
     """A cluster-scoped instancetype: the kind a VM's `spec.instancetype` means when it
     names none."""
 
     KIND: ClassVar[str] = CLUSTER_INSTANCETYPE_KIND
     PLURAL: ClassVar[str] = "virtualmachineclusterinstancetypes"
     NAMESPACED: ClassVar[bool] = False
-
-    metadata: ObjectMeta
-    device_names: tuple[str, ...]
-    raw: dict[str, Any] = field(compare=False, repr=False)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> VirtualMachineClusterInstancetype:
-        return cls(
-            metadata=ObjectMeta.model_validate(raw.get("metadata") or {}),
-            device_names=_instancetype_devices(raw),
-            raw=raw,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.raw, "metadata": self.metadata.to_dict()}
 
 
 @dataclass(frozen=True, slots=True)
