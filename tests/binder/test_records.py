@@ -364,3 +364,64 @@ async def test_a_backdated_finish_never_ends_a_record_before_the_binder_saw_the_
     cluster.finish("vm", at=start + timedelta(seconds=1))
     await cluster.settle_after(seconds=5)
     assert [r.spec.end for r in cluster.records()] == [seen, seen]
+
+
+async def waiting_for_a_gpu(cluster: Cluster, running: bool) -> str:
+    """One GPU, held by VM a (running, or bound while stopped); VM b, running, waits for it."""
+    cluster.gpu_class(cleaning="None")
+    [gpu] = cluster.node("node-a", gpus=1)
+    cluster.vm("a", running=running)
+    await cluster.settle()
+    if running:
+        cluster.start("a")
+        await cluster.settle()
+    cluster.vm("b", running=True)
+    await cluster.settle()
+    assert cluster.bound_to(gpu) == "a"
+    return gpu
+
+
+async def test_a_vmi_scheduled_before_its_gpu_was_bound_is_billed_from_the_bind() -> None:
+    # b's launcher pod got its node at `scheduled` and waited for a GPU that a held,
+    # reserved, until a went: b's use begins at the bind, not at its Scheduled time (was:
+    # Attached from `scheduled`, beside a's Reserved record of the same GPU).
+    cluster = Cluster()
+    gpu = await waiting_for_a_gpu(cluster, running=False)
+    scheduled = cluster.clock.advance(minutes=5)
+    released = cluster.clock.advance(minutes=5)
+    await cluster.delete_vm("a")
+    await cluster.settle()
+    binding = cluster.device(gpu).status.binding
+    assert binding is not None and binding.bound_at == released
+    cluster.start("b", scheduled=scheduled)
+    await cluster.settle()
+    [reserved_a] = [r for r in cluster.reserved() if r.spec.vm == "a"]
+    [attached_b] = cluster.records()
+    assert reserved_a.spec.end == released
+    assert attached_b.spec.start == released
+
+
+async def test_an_attachment_after_the_device_was_written_anew_begins_after_the_last_one() -> None:
+    # Chaos seeds 101/202/303: a's VMI detached at `finished`, then the device was deleted
+    # and its agent wrote it anew, without detachedAt; b, whose launcher pod was scheduled
+    # at `scheduled` while it waited, got the GPU. Its record opened at `scheduled`, inside
+    # a's [start, finished): two Attached records of one GPU overlapping (invariant 11).
+    cluster = Cluster()
+    gpu = await waiting_for_a_gpu(cluster, running=True)
+    scheduled = cluster.clock.advance(minutes=5)
+    finished = cluster.clock.advance(minutes=5)
+    cluster.finish("a", at=finished)
+    await cluster.remove_vmi("a")
+    await cluster.delete_vm("a")
+    await cluster.settle()
+    await cluster.delete_device(gpu)
+    await cluster.settle()
+    cluster.node("node-a", gpus=1)
+    await cluster.settle()
+    assert cluster.device(gpu).status.detached_at is None
+    assert cluster.bound_to(gpu) == "b"
+    cluster.start("b", scheduled=scheduled)
+    await cluster.settle()
+    by_vm = {r.spec.vm: r for r in cluster.records()}
+    assert by_vm["a"].spec.end == finished
+    assert by_vm["b"].spec.start == finished and by_vm["b"].spec.end is None

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
+from typing import Any
 
 from gpu_binder.api.types import GPUUsageRecord, RecordKind
+from gpu_binder.client.interface import WatchEvent
 
 from .cluster import LEDGER, NAMESPACE, Cluster
 
@@ -154,3 +156,49 @@ async def test_the_tenants_copy_of_a_reservation_says_what_the_ledger_says(
     [record] = cluster.reserved()
     [copy] = [c for c in cluster.copies() if c.metadata.name == record.metadata.name]
     assert copy.spec == record.spec and copy.spec.end is not None
+
+
+async def test_a_gpu_rebound_in_one_pass_closes_the_old_reservation_before_opening_the_next() -> (
+    None
+):
+    # VM a's GPU is released (a deleted, no cleaning) and bound to b, which waited for it,
+    # in the pass that first looks at a's record: the close and the open are staged
+    # together. Written together, the ledger held two open Reserved records of one GPU
+    # (chaos seed 5, invariant 11) — for a moment, or for good had the close been refused.
+    cluster = Cluster()
+    cluster.gpu_class(cleaning="None")
+    [gpu] = cluster.node("node-a", gpus=1)
+    cluster.vm("a")
+    await cluster.settle()
+    cluster.vm("b")
+    await cluster.settle()
+    open_when_written: list[tuple[str, list[str]]] = []
+    opened = {r.metadata.name: r.spec.vm for r in cluster.reserved() if r.spec.end is None}
+    assert list(opened.values()) == ["a"]
+
+    def watch(kind: type[Any], event: WatchEvent[Any]) -> None:
+        r = event.object
+        if kind is not GPUUsageRecord or r.metadata.namespace != LEDGER:
+            return
+        if r.spec.kind != RecordKind.RESERVED or r.spec.device != gpu:
+            return
+        if r.spec.end is not None:
+            opened.pop(r.metadata.name, None)
+        elif r.metadata.name not in opened:
+            open_when_written.append((r.spec.vm, sorted(opened.values())))
+            opened[r.metadata.name] = r.spec.vm
+
+    cluster.client.subscribe(watch)
+    rebound = cluster.clock.advance(minutes=10)
+    await cluster.delete_vm("a")
+    await cluster.settle()
+    assert cluster.set_of("b") == [gpu]
+    assert open_when_written == [("b", [])]
+    assert [(r.spec.vm, r.spec.end) for r in spans_by_vm(cluster.reserved())] == [
+        ("a", rebound),
+        ("b", None),
+    ]
+
+
+def spans_by_vm(records: list[GPUUsageRecord]) -> list[GPUUsageRecord]:
+    return sorted(records, key=lambda r: r.spec.vm)

@@ -112,13 +112,21 @@ class Plan:
     def waves(self) -> list[list[int]]:
         """The writes' indices (in decision order) in the order they may be made: device
         binds, then the other device writes (releases, phases, finalizers), then writes of
-        other kinds (a bind request's answer, records, statuses), then the tenants' copies
-        of records (a copy never says more than the ledger: a record's write refused
-        starts no copy of it). Within a wave, writes touch distinct objects and may be
-        made together; a wave starts once the one before it was written whole."""
-        waves: list[list[int]] = [[], [], [], []]
+        other kinds (a bind request's answer, records' closes, statuses), then the records
+        opened, then the tenants' copies of records (a copy never says more than the
+        ledger: a record's write refused starts no copy of it). Within a wave, writes touch
+        distinct objects and may be made together; a wave starts once the one before it
+        was written whole.
+
+        A record opens after the closes: a device released and bound to another order
+        before the binder looked closes one record and opens the next in one pass, and
+        made together the ledger would hold both open for a moment, or for good if the
+        close was refused (invariant 11). The next pass opens what a stopped wave left."""
+        waves: list[list[int]] = [[], [], [], [], []]
         for i, w in enumerate(self.writes.values()):
             if isinstance(w.obj, GPUUsageRecord) and is_copy(w.obj):
+                waves[4].append(i)
+            elif isinstance(w.obj, GPUUsageRecord) and w.verb in ("create", "open"):
                 waves[3].append(i)
             elif not isinstance(w.obj, GPUDevice):
                 waves[2].append(i)

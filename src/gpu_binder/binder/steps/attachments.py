@@ -96,12 +96,21 @@ def _detach_ended(ctx: Context) -> None:
 def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
     """When the VMI began to hold the device: when its launcher pod got the node
     (Scheduled), so an attachment noticed late — after a failover or an outage — is billed
-    from then; never before the device's last detach (one interval at a time), nor
-    after now."""
+    from then; never before the device's last detach (one interval at a time), nor before
+    the binder handed the device to the VMI's VM, nor after now.
+
+    The bind matters for a launcher pod scheduled while it waited for its GPUs: the
+    device was another VM's until the bind (a reservation, or an attachment whose detach
+    the device forgot when its agent wrote it anew), and billing the VMI from its
+    Scheduled time billed that GPU twice (invariant 11). Only an adoption binds a device
+    the VMI held already, so its binding says nothing of when the use began."""
     since = vmi.started_at or ctx.now
     detached = d.status.detached_at
     if detached is not None and detached > since:
         since = detached
+    b = d.status.binding
+    if b is not None and b.reason != BindReason.ADOPTED and b.bound_at > since:
+        since = b.bound_at
     return min(since, ctx.now)
 
 
