@@ -635,11 +635,14 @@ def check_invariants(client: MemoryClient) -> list[str]:
     vmis = {
         (v.metadata.namespace, v.metadata.name): v for v in client.objects(VirtualMachineInstance)
     }
-    nodes_of: dict[str, set[str]] = {}
+    # By the VM's uid: a VM deleted and created again under its name is another VM, and
+    # the old one's set stays with its still-running VMI (invariant 3) on its own node.
+    nodes_of: dict[tuple[str, str], set[str]] = {}
     for d in devices:
         s = d.status
         if s.binding is not None:
-            nodes_of.setdefault(s.binding.vm.key, set()).add(d.spec.node_name)
+            vm = s.binding.vm
+            nodes_of.setdefault((vm.key, vm.uid), set()).add(d.spec.node_name)
             if s.phase in (Phase.AVAILABLE, Phase.CLEANING):
                 out.append(f"{d.metadata.name} is {s.phase} yet bound to {s.binding.vm.key}")
         elif s.phase in (Phase.BOUND, Phase.ATTACHED):
@@ -660,7 +663,7 @@ def check_invariants(client: MemoryClient) -> list[str]:
                     f"{d.metadata.name} is attached to {s.attachment.vmi.key} "
                     f"but bound to {s.binding.vm.key}"
                 )
-    for key, nodes in nodes_of.items():
+    for (key, uid), nodes in nodes_of.items():
         if len(nodes) > 1:
-            out.append(f"{key} has a set on nodes {sorted(nodes)}")
+            out.append(f"{key} (uid {uid}) has a set on nodes {sorted(nodes)}")
     return out

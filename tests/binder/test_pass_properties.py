@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
@@ -343,6 +343,26 @@ tenants = st.lists(
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(classes, tenants, st.lists(events, min_size=1, max_size=30), st.booleans())
+# Found by Hypothesis: a running VM deleted and created again, stopped, under its name. The
+# new VM's reservation ran out and released the old VM's set, whose VMI still ran.
+@example(
+    gpu_class=("Pack", "Node", "Reset"),
+    initial=[(1, False), (1, False), (1, False), (1, True), (1, False)],
+    sequence=[("delete", "vm-3"), ("tick", 6), ("create", "vm-3", 1, False)],
+    conflicts=False,
+)
+@example(
+    gpu_class=("Pack", "Node", "Reset"),
+    initial=[(1, False), (1, False), (1, False), (1, True), (1, False)],
+    sequence=[
+        ("delete", "vm-3"),
+        ("serve", "node-0", 2),
+        ("tick", 1),
+        ("tick", 1),
+        ("create", "vm-3", 1, False),
+    ],
+    conflicts=False,
+)
 def test_invariants_hold_after_any_sequence_of_events(
     gpu_class: tuple[str, str, str],
     initial: list[tuple[int, bool]],

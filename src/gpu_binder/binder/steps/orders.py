@@ -127,7 +127,9 @@ def orders(ctx: Context) -> None:
             since = stopped_since(ctx, key, devs)
             if limit is not None and since is not None:
                 if ctx.now - since >= limit:
-                    for d in devs:
+                    # Only this VM's own: what an earlier VM of its name holds goes with
+                    # that VM's VMI, which may still run (invariant 3).
+                    for d in world.own_set(key):
                         ops.release(ctx, d, f"the VM has been stopped for longer than {limit}")
                     if not devs:
                         _settled(ctx, key, signature, deadline)  # until it starts or changes
