@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 from fake_sysfs import FakeHost, hgx_h100
+from nodeagent import token_kubeconfig
 from realcluster import BINDER_SA, DEPLOY, PATHS, put, uid
 
 from gpu_binder.envtest import ControlPlane, NodeAssets
@@ -266,21 +267,7 @@ def agent_kubeconfig(cp: ControlPlane, node: KubeletNode, path: Path) -> Path:
     }
     path_ = f"/api/v1/namespaces/{AGENT_NAMESPACE}/serviceaccounts/{AGENT_SA}/token"
     token = create(cp, path_, request)["status"]["token"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "test",
-                "cluster": {"server": cp.url, "certificate-authority": str(cp.ca_file)},
-            }
-        ],
-        "users": [{"name": "agent", "user": {"token": token}}],
-        "contexts": [{"name": "agent", "context": {"cluster": "test", "user": "agent"}}],
-        "current-context": "agent",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return token_kubeconfig(cp, token, path)
 
 
 def install(cp: ControlPlane, file: Path) -> None:
