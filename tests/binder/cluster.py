@@ -35,11 +35,11 @@ from gpu_binder.api.types import (
     device_name,
 )
 from gpu_binder.binder.config import Config
-from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
-from gpu_binder.binder.vmiorder import vm_entries
-from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
+from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.cache.vmiorder import vm_entries
+from gpu_binder.cache.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import builders
 from gpu_binder.sim.builders import owner_reference

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from gpu_binder.api.types import GPUUsageRecord
 from gpu_binder.binder.ledgertotals import HOLDBACK, LedgerTotals
 from gpu_binder.binder.metrics import Metrics
-from gpu_binder.binder.world import World, selected
+from gpu_binder.cache.world import World, selected
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.ledgerfold import fold
 

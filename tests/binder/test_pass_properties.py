@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, Phase, RequestPhase
-from gpu_binder.binder.deviceindex import is_free
+from gpu_binder.cache.deviceindex import is_free
 
 from .cluster import NAMESPACE, T0, Cluster, check_invariants
 

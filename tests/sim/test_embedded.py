@@ -12,7 +12,7 @@ from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.ledger import of_ledger
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.sim.admission import call_webhook
 from gpu_binder.sim.agent import AgentFleet
 from gpu_binder.sim.builders import vm_object, vmi_object

@@ -11,8 +11,8 @@ from webhook_cluster import H100, L40S, NS, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import USAGE_FINALIZER, GPUBindRequest, GPUDevice, RequestPhase
-from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.reconciler import REQUESTS_KEY
+from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter, NeedsRequest, Respond

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from webhook_cluster import NS, Cluster, review, vmi_of
 
-from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.cache.deviceindex import slot_resource
 
 
 async def test_a_vmi_in_an_excluded_namespace_naming_another_sets_slot_is_denied(

@@ -16,7 +16,7 @@ from gpu_binder.api.kinds import RESOURCES
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.builders import vm_object

@@ -13,7 +13,7 @@ from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import GPUBindRequest, GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import Reconciler
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.builders import gpu_class, gpu_device, node_object, vm_object, vmi_for
 from gpu_binder.sim.memory import MemoryClient

@@ -114,7 +114,7 @@ class VirtualMachine:
     # whether it should hold GPUs now is set_to_start's to say, which reads its VMI too.
     running: bool
     # The template's entries, gpus then hostDevices; those of its instancetype are read
-    # from the revision KubeVirt recorded (see api.instancetype, binder.vmiorder).
+    # from the revision KubeVirt recorded (see api.instancetype, cache.vmiorder).
     device_names: tuple[str, ...]
     raw: dict[str, Any] = field(compare=False, repr=False)
     # What the VM asks of its node besides GPUs (see _requests).

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.sim import builders
 from gpu_binder.sim.memory import MemoryClient
 

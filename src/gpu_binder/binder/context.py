@@ -11,7 +11,7 @@ from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.binder.plan import Note, Plan
 from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.verdicts import Verdicts
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpu_binder.api.types import Binding, GPUDevice, GPUUsageRecord
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 
 def in_use(world: World, d: GPUDevice) -> bool:

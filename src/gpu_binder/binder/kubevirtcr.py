@@ -25,7 +25,7 @@ from typing import Any
 
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.binder.config import Config
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 # On the KubeVirt CR: the binder created its permittedHostDevices (there was none).
 CREATED_ANNOTATION = "gpu.cozystack.io/permitted-host-devices-created"

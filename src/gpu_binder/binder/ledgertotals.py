@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 
 from gpu_binder.api.types import GPUUsageRecord, RecordKind, is_copy
 from gpu_binder.binder.intervals import attached_end, attached_open, reserved_end
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 Key = tuple[str, str, str]  # (namespace, class, kind: attached or reserved)
 # How far behind now open records are counted: more than a watch lags.

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from gpu_binder.api.types import Phase
 from gpu_binder.binder import quota
 from gpu_binder.binder.ledgertotals import LedgerTotals
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 
 class TenantGPUs(Collector):

@@ -13,7 +13,7 @@ measures exactly this.
   class scarcity into one ranking of every (option, node); Pack and Spread take the
   least claimed class that fits, then their node.
 - **Scale**: nodes in one free state score alike, so for a one-class option each state
-  of the class is scored once (binder.freestates) and stands for its first usable node.
+  of the class is scored once (cache.freestates) and stands for its first usable node.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.resources import Amount
+from gpu_binder.cache.resources import Amount
 from gpu_binder.placement import (
     LEAST_STRANDED,
     POLICIES,

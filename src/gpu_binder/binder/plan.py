@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, is_copy
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 # "finalizers": a JSON merge patch of the object's metadata.finalizers (to those of obj),
 # carrying obj's resourceVersion, for objects the binder does not own (a VMI).

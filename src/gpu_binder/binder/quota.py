@@ -29,7 +29,7 @@ from gpu_binder.api.meta import Condition
 from gpu_binder.api.quantity import QuantityError, parse_quantity
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.binder.plan import Note
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.placement.options import options
 
 PREFIXES = ("requests.", "limits.")

@@ -48,7 +48,7 @@ from gpu_binder.binder.steps import (
     status,
     tenantview,
 )
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.client.errors import AlreadyExists, ApiError, Conflict, NotFound
 from gpu_binder.client.interface import Client, WatchEvent
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.binder.verdicts import Verdicts
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 
 
 @dataclass

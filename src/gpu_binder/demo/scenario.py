@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine
 from gpu_binder.api.types import NODE_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.demo.kubevirt_acts import instancetype, template_edit
 from gpu_binder.sim.builders import vmi_object
 from gpu_binder.sim.catalog import H100, L40S, gpu_class

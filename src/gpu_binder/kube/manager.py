@@ -23,7 +23,7 @@ from gpu_binder.binder.config import Config
 from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import SELECTORS, WATCHED, World
+from gpu_binder.cache.world import SELECTORS, WATCHED, World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.cache import Informer, Informers
 from gpu_binder.kube.client import KubeClient

@@ -26,7 +26,7 @@ from gpu_binder.api.kubevirt import Node, VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, Reconciler
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.client.errors import Forbidden
 from gpu_binder.client.interface import Client, WatchEvent
 from gpu_binder.kubectl import snapshot

@@ -14,7 +14,7 @@ from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kinds import Event
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance, set_to_start
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.binder.vmiorder import revision_key, vm_entries
+from gpu_binder.cache.vmiorder import revision_key, vm_entries
 from gpu_binder.client.interface import Client
 from gpu_binder.display.slots import COLOURS, by_slot
 from gpu_binder.kubectl import snapshot
@@ -46,7 +46,7 @@ class VMFacts:
     def order(self) -> dict[str, int]:
         """GPUs ordered per class: the entries naming a class's resourceName, the VM's
         template's and its recorded instancetype's, as the binder reads them
-        (binder.vmiorder.vm_entries; by resourceName itself when the classes are not
+        (cache.vmiorder.vm_entries; by resourceName itself when the classes are not
         readable)."""
         names: tuple[str, ...] = ()
         if self.vm is not None:

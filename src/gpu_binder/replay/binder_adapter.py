@@ -44,7 +44,7 @@ from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.plan import Plan
 from gpu_binder.binder.steps.completion import complete
 from gpu_binder.binder.steps.defrag import make_room
-from gpu_binder.binder.world import World
+from gpu_binder.cache.world import World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.replay.order import Order
 from gpu_binder.replay.policy import Run, RunFactory

@@ -19,7 +19,7 @@ from gpu_binder.binder.config import Config
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.binder.world import SELECTORS, WATCHED, World, selected
+from gpu_binder.cache.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import tenants

@@ -34,7 +34,7 @@ from gpu_binder.api.instancetype import (
     instancetype_matcher,
 )
 from gpu_binder.api.kubevirt import VirtualMachine
-from gpu_binder.binder.vmiorder import recorded_revision, revision_key
+from gpu_binder.cache.vmiorder import recorded_revision, revision_key
 from gpu_binder.client.errors import AlreadyExists
 from gpu_binder.sim.builders import owner_reference
 from gpu_binder.sim.memory import MemoryClient
@@ -60,7 +60,7 @@ def find_object(client: MemoryClient, vm: VirtualMachine, m: InstancetypeMatcher
 
 def find_revision(client: MemoryClient, vm: VirtualMachine) -> ControllerRevision | None:
     """The recorded revision the VM reads its instancetype from (find/revision.go), by the
-    binder's own rule for it (binder.vmiorder): KubeVirt's read path is one fact."""
+    binder's own rule for it (cache.vmiorder): KubeVirt's read path is one fact."""
     key = revision_key(vm)
     if not key:
         return None

@@ -24,7 +24,7 @@ from gpu_binder.agent.slots import slot_resource
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUClass, GPUDevice
-from gpu_binder.binder.vmiorder import is_slot_resource
+from gpu_binder.cache.vmiorder import is_slot_resource
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.launcher import is_temp_pod
 from gpu_binder.sim.memory import MemoryClient

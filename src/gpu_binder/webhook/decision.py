@@ -38,12 +38,12 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
-from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.plan import Plan
 from gpu_binder.binder.steps.moves import move_reason
 from gpu_binder.binder.steps.status import reported_degraded
-from gpu_binder.binder.world import World
+from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest

@@ -3,7 +3,7 @@
 An entry names either a class's resourceName (the order) or a slot resource (one GPU on
 whatever node the VMI lands on). Slot names repeat on every node, so a slot entry is the
 VMI's own only when its set holds that slot and the VMI is pinned to the set's node.
-What an entry names is binder.vmiorder's rule, the one the binder reads running VMIs by.
+What an entry names is cache.vmiorder's rule, the one the binder reads running VMIs by.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpu_binder.api.types import GPUClass, GPUDevice
-from gpu_binder.binder.deviceindex import slot_resource
-from gpu_binder.binder.vmiorder import is_slot_resource, resolve, slots_of
+from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.cache.vmiorder import is_slot_resource, resolve, slots_of
 
 Section = Literal["gpus", "hostDevices"]
 SECTIONS: tuple[Section, ...] = ("gpus", "hostDevices")

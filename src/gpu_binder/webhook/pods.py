@@ -48,9 +48,9 @@ from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
-from gpu_binder.binder.deviceindex import slot_resource
-from gpu_binder.binder.vmiorder import is_slot_resource
-from gpu_binder.binder.world import World
+from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.cache.vmiorder import is_slot_resource
+from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook.patch import affinity_ops

@@ -14,7 +14,7 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.world import vm_key_of_vmi
+from gpu_binder.cache.world import vm_key_of_vmi
 
 
 def attachments(ctx: Context) -> None:
@@ -118,7 +118,7 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     """Attach the devices the VMI runs with; False while it waits for adoption (a clock
     matters).
 
-    What it runs with is its spec as admitted (binder.vmiorder): the device each slot entry
+    What it runs with is its spec as admitted (cache.vmiorder): the device each slot entry
     names on its set's node, and for entries naming a class's resourceName (served by
     count), that many of the set's devices of the class on its node. Never the devices
     annotation, which its tenant can write.

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from gpu_binder.api.types import BindReason, GPUBindRequest, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.deviceindex import set_node
 from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.placing import class_policy
 from gpu_binder.binder.quota import Exceeded
+from gpu_binder.cache.deviceindex import set_node
 from gpu_binder.placement import main_class, resolve
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.deviceindex import DRAIN_BLOCKED
 from gpu_binder.binder.kubevirtcr import eviction_strategy
+from gpu_binder.cache.deviceindex import DRAIN_BLOCKED
 
 # The strategies under which KubeVirt evicts no non-migratable VMI.
 BLOCKING = frozenset({"LiveMigrate", "External"})

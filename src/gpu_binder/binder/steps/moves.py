@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.deviceindex import set_node
+from gpu_binder.cache.deviceindex import set_node
 
 
 def held(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:

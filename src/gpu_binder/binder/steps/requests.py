@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.deviceindex import set_node
 from gpu_binder.binder.steps.completion import complete, request_alternatives
 from gpu_binder.binder.steps.moves import move_reason, relocate
+from gpu_binder.cache.deviceindex import set_node
 
 # An answered request lives this many bind timeouts before the binder deletes it: its
 # webhook stopped waiting after one, so a request still there well past that was left.

@@ -8,7 +8,7 @@ from gpu_binder.api.types import BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.deviceindex import set_node
+from gpu_binder.cache.deviceindex import set_node
 
 
 def order_exists(ctx: Context, key: str) -> bool:
@@ -67,7 +67,7 @@ def awaiting_vmi(ctx: Context, devs: list[GPUDevice]) -> datetime | None:
     """When the wait of a set bound by a request for its VMI ends (vmi_arrival after the
     answer), None when it is over: the webhook has its answer and the VMI is on its way to
     the API server, which no event announces. Until it arrives, what the set is for is the
-    request's order, which is the VMI's spec (binder.vmiorder), not its VM's template: a
+    request's order, which is the VMI's spec (cache.vmiorder), not its VM's template: a
     VMI may order GPUs its VM does not (one owned by a VM but not created by it), and the
     set it was admitted with must not go before it runs (issue 11, attack 1)."""
     arrival = vmi_arrival(ctx.config)

@@ -7,10 +7,10 @@ from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.deviceindex import slot_resource
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.steps.devices import matching_classes
+from gpu_binder.cache.deviceindex import slot_resource
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import GROUP, GPUClass, GPUDevice
-from gpu_binder.binder.deviceindex import slot_resource
+from gpu_binder.cache.deviceindex import slot_resource
 
 # The form slot_resource() gives: <group>/<vendor>-<device>-s<slot>.
 _SLOT = re.compile(rf"^{re.escape(GROUP)}/[0-9a-f]{{4}}-[0-9a-f]{{4}}-s[0-9]+$")

@@ -28,9 +28,9 @@ from gpu_binder.api.types import (
     is_copy,
     watched_record,
 )
-from gpu_binder.binder.deviceindex import DeviceIndex, discard_from
-from gpu_binder.binder.ordering import Orders
-from gpu_binder.binder.vmiorder import Resolved, revision_key
+from gpu_binder.cache.deviceindex import DeviceIndex, discard_from
+from gpu_binder.cache.orders import Orders
+from gpu_binder.cache.vmiorder import Resolved, revision_key
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.placement.mix import Demand, Mix
 from gpu_binder.placement.options import group
@@ -53,7 +53,7 @@ def vm_key_of_vmi(vmi: VirtualMachineInstance) -> str:
 
 class World(Orders):
     """Everything the binder decides on, fed by watch events; the queries about orders
-    are binder.ordering's."""
+    are cache.orders's."""
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         # The binder's own clock, for the times it observes (see seen_running); None where

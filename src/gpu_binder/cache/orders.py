@@ -7,7 +7,7 @@ VMI with no owner named like a VM runs for no order (KubeVirt's VM controller wo
 it, ClaimVirtualMachineInstanceByName in pkg/virt-controller/watch/vm/vm.go), and a set
 bound under an earlier uid is not the present order's (sets releases it).
 
-While a VMI of the order lives, what it runs with is the order (binder.vmiorder): an edit
+While a VMI of the order lives, what it runs with is the order (cache.vmiorder): an edit
 of its VM's template takes effect at its next start, as it does in KubeVirt.
 """
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance, set_to_start
 from gpu_binder.api.types import Binding, GPUClass, GPUDevice
-from gpu_binder.binder.deviceindex import DeviceIndex, set_node
-from gpu_binder.binder.vmiorder import Resolved, resolve, revision_key, vm_entries
+from gpu_binder.cache.deviceindex import DeviceIndex, set_node
+from gpu_binder.cache.vmiorder import Resolved, resolve, revision_key, vm_entries
 from gpu_binder.placement.options import resolve as resolve_alternatives
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Orders:
         return set_node(devs) if devs else vmi.node_name
 
     def runs_with(self, vmi: VirtualMachineInstance) -> Resolved:
-        """What the VMI runs with, read from its spec (binder.vmiorder.resolve).
+        """What the VMI runs with, read from its spec (cache.vmiorder.resolve).
 
         Resolved again only when the VMI, its order's set (which says its node), the
         devices of that node or the classes changed: every step asks, many times a pass."""
@@ -157,7 +157,7 @@ class Orders:
 
     def vm_order(self, vm: VirtualMachine) -> dict[str, int] | None:
         """GPUs per class the VM's next VMI will ask for; None while its instancetype's
-        revision is not known (binder.vmiorder.vm_entries)."""
+        revision is not known (cache.vmiorder.vm_entries)."""
         key = vm.key
         rev = self.revisions.get(revision_key(vm))
         cached = self._orders.get(key)

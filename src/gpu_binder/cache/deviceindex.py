@@ -10,8 +10,8 @@ from collections import defaultdict
 from collections.abc import Set as AbstractSet
 
 from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
-from gpu_binder.binder.freestates import FreeStates
-from gpu_binder.binder.resources import NodeResources
+from gpu_binder.cache.freestates import FreeStates
+from gpu_binder.cache.resources import NodeResources
 from gpu_binder.placement.topology import domain_of
 
 # The device condition naming the VMIs a drain of its cordoned node waits for (steps.drains).
@@ -56,7 +56,7 @@ class DeviceIndex:
         # slot resource name -> devices serving it, for the KubeVirt settings.
         self.slot_users: dict[str, int] = defaultdict(int)
         # Per node, the device serving each slot resource there: what a VMI's slot entry
-        # names (binder.vmiorder).
+        # names (cache.vmiorder).
         self.by_slot: dict[str, dict[str, GPUDevice]] = defaultdict(dict)
         # (tenant namespace, class, "bound" or "attached") -> devices: what each tenant
         # holds, for the metrics, without a scan of the devices per scrape.
