@@ -69,6 +69,10 @@ FIGURES = {
     "seconds": "wall time of the run",
 }
 MAX_LISTED = 50
+# Events between two gc.freeze() calls: what survived them (new versions of objects,
+# watch histories, records) stays, and without a freeze every full collection would scan
+# it all again — a tenth of a run's CPU time on 200 nodes.
+FREEZE_EVERY = 100
 
 
 async def run(
@@ -97,6 +101,8 @@ async def run(
     for _ in range(events):
         faults += await step(c, w, chaos)
         played += 1
+        if played % FREEZE_EVERY == 0:
+            gc.freeze()
         check(c, violations, counts)
         if max_violations and sum(counts.values()) > max_violations:
             break
