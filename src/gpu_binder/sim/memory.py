@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from gpu_binder.api.kinds import T
@@ -42,13 +43,15 @@ class MemoryClient(Store):
         label_selector: str | None = None,
     ) -> ListResult[T]:
         k = self._kind(kind)
-        items = [
-            obj
-            for (ns, _), obj in sorted(k.objects.items())
-            if (not namespace or ns == namespace)
+        # Selected first, then sorted by key: a selective list of a big kind sorts little.
+        chosen = [
+            (key, obj)
+            for key, obj in k.objects.items()
+            if (not namespace or key[0] == namespace)
             and (not label_selector or self._selects(label_selector, obj))
         ]
-        return ListResult(items=items, resource_version=str(self._rv))
+        chosen.sort(key=itemgetter(0))
+        return ListResult(items=[obj for _, obj in chosen], resource_version=str(self._rv))
 
     def watch(
         self,

@@ -3,7 +3,6 @@ anything a caller could change later."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
@@ -95,9 +94,9 @@ def assemble(
             update["status"] = status_of.status
         return evolve(given, update)
     raw = _body(given, trusted=given is stored)
-    raw["metadata"] = meta.to_dict()
+    raw["metadata"] = _meta_dict(meta, stored)
     if status_of is not None:
-        status = None if status_of is NO_STATUS else _body(status_of).get("status")
+        status = None if status_of is NO_STATUS else _status_of(status_of)
         if status is None:
             raw.pop("status", None)
         else:
@@ -105,13 +104,31 @@ def assemble(
     return parse(raw)
 
 
+def _meta_dict(meta: ObjectMeta, stored: Any) -> dict[str, Any]:
+    """meta's wire form: the stored object's own when meta is its (a stored view's raw
+    metadata is always its metadata's wire form, and never changes), else serialised."""
+    if stored is not None and meta is stored.metadata:
+        raw = getattr(stored, "raw", None)
+        if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict):
+            return cast(dict[str, Any], raw["metadata"])
+    return meta.to_dict()
+
+
+def _status_of(obj: Any) -> Any:
+    raw = getattr(obj, "raw", None)
+    return raw.get("status") if isinstance(raw, dict) else obj.to_dict().get("status")
+
+
 def stamp(candidate: Any, resource_version: str) -> Any:
-    """A private candidate (from assemble) with its resourceVersion set."""
+    """A private candidate (from assemble) with its resourceVersion set, in place: nobody
+    else holds it yet, and a copy would cost as much as the write's parse."""
     meta = evolve(candidate.metadata, {"resource_version": resource_version})
     if isinstance(candidate, BaseModel):
-        return evolve(candidate, {"metadata": meta})
+        candidate.__dict__["metadata"] = meta
+        return candidate
     raw = getattr(candidate, "raw", None)
     if isinstance(raw, dict):
-        # The candidate's metadata dict is its own (from assemble): patch it in place.
+        # A new metadata dict: the one assemble put there may be the stored object's.
         raw["metadata"] = {**raw.get("metadata", {}), "resourceVersion": resource_version}
-    return dataclasses.replace(candidate, metadata=meta)
+    _set(candidate, "metadata", meta)
+    return candidate

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -66,6 +66,19 @@ def parse_selector(text: str) -> tuple[Requirement, ...]:
     return tuple(_requirement(p) for p in _split(text))
 
 
+@lru_cache(maxsize=256)
+def _matcher(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """One function for a selector: relisting every record of a big kind calls it often."""
+    requirements = parse_selector(text)
+    if len(requirements) == 1:
+        return requirements[0].matches
+
+    def matches(labels: Mapping[str, str]) -> bool:
+        return all(r.matches(labels) for r in requirements)
+
+    return matches
+
+
 def selector_matches(text: str, labels: Mapping[str, str]) -> bool:
     """Whether labels satisfy the selector; raises ValueError on a malformed selector."""
-    return all(r.matches(labels) for r in parse_selector(text))
+    return _matcher(text)(labels)
