@@ -97,7 +97,7 @@ class AgentFleet:
         self._alloc: set[str] = set()
         for d in client.objects(GPUDevice):
             self._on_device("ADDED", d)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (GPUDevice, GPUClass))
 
     # --- faults and changes of hardware -------------------------------------------------
 

@@ -134,7 +134,7 @@ class Cluster:
         )
         self.recorder = ClientRecorder(self.client)
         self.world = World()
-        self.client.subscribe(self._event)
+        self.client.subscribe(self._event, WATCHED)
         self._relist()
         self.reconciler = self._new_reconciler()
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)
@@ -167,9 +167,8 @@ class Cluster:
                     self.world.apply(WatchEvent("ADDED", obj))
 
     def _event(self, kind: type[Any], ev: WatchEvent[Any]) -> None:
-        if kind not in WATCHED:
-            return
-        # The feed carries every object; a selected watch sends one leaving it as DELETED.
+        # WATCHED kinds only (the subscription's). The feed carries every object; a
+        # selected watch sends one leaving it as DELETED.
         self.world.apply(selected(ev))
         if kind is GPUBindRequest:
             # A request enqueues the requests key alone: the webhook waits for its answer.

@@ -33,7 +33,7 @@ class VirtHandler:
         self._to_stop: set[str] = set()
         for vmi in client.objects(VirtualMachineInstance):
             self._on_vmi(vmi, deleted=False)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (VirtualMachineInstance,))
 
     async def step(self) -> int:
         writes = 0

@@ -59,7 +59,7 @@ class Kubelets:
         self._of_vmi: dict[str, set[str]] = {}
         for pod in client.objects(Pod):
             self._on_pod(pod, deleted=False)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (Pod, VirtualMachineInstance))
 
     def in_use(self, node: str) -> Counter[str]:
         """Device units held on a node by its running pods."""

@@ -57,7 +57,7 @@ class Scheduler:
             self._set_allocatable(node.name, node.allocatable)
         for pod in client.objects(Pod):
             self._on_pod(pod, deleted=False)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (Pod, Node))
 
     def used(self, node: str) -> Counter[str]:
         """Units the pods bound to a node and not ended ask for."""

@@ -26,7 +26,7 @@ class StartRevisions:
         self._starts: dict[str, dict[str, int]] = {}
         for rev in client.objects(ControllerRevision):
             self._on_revision(rev, deleted=False)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (ControllerRevision,))
 
     async def record(self, vm: VirtualMachine) -> int:
         """createVMRevision: the VM's spec at this start, older start revisions deleted;

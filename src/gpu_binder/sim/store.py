@@ -13,7 +13,7 @@ import builtins
 import random
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -84,22 +84,31 @@ class Store:
         self._kinds: dict[type[Any], Kind] = {}
         self._owners: Owners[tuple[Kind, Key]] = Owners(lambda e: (e[0].resource.kind, e[1]))
         self._conflicts = ConflictInjector()
-        self._subscribers: tuple[Subscriber, ...] = ()
+        # Each subscriber with the kinds it wants (None: every kind), in subscription
+        # order, and per kind the callbacks that want it (rebuilt when they change).
+        self._subscribers: tuple[tuple[Subscriber, frozenset[type[Any]] | None], ...] = ()
+        self._callbacks: dict[type[Any], tuple[Subscriber, ...]] = {}
         self._pending: deque[tuple[type[Any], WatchEvent[Any]]] = deque()
         self._dispatching = False
 
     # --- for the embedded cluster ------------------------------------------------------
 
-    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call callback(kind, event) for every change, in write order, inside the write.
+    def subscribe(
+        self, callback: Subscriber, kinds: Collection[type[Any]] | None = None
+    ) -> Callable[[], None]:
+        """Call callback(kind, event) for every change (of `kinds` only, when given), in
+        write order, inside the write.
 
         Writes the callback makes are delivered after the current event reaches every
         subscriber, so all subscribers see one order. Returns the unsubscribe function.
         """
-        self._subscribers = (*self._subscribers, callback)
+        wanted = frozenset(kinds) if kinds is not None else None
+        self._subscribers = (*self._subscribers, (callback, wanted))
+        self._callbacks = {}
 
         def unsubscribe() -> None:
-            self._subscribers = tuple(s for s in self._subscribers if s is not callback)
+            self._subscribers = tuple(s for s in self._subscribers if s[0] is not callback)
+            self._callbacks = {}
 
         return unsubscribe
 
@@ -313,10 +322,20 @@ class Store:
         try:
             while self._pending:
                 kind, ev = self._pending.popleft()
-                for callback in self._subscribers:
+                for callback in self._callbacks_of(kind):
                     callback(kind, ev)
         finally:
             self._dispatching = False
+
+    def _callbacks_of(self, kind: type[Any]) -> tuple[Subscriber, ...]:
+        # Only the subscribers of a kind are called: most follow two or three kinds of a
+        # dozen, and every write called every one of them.
+        callbacks = self._callbacks.get(kind)
+        if callbacks is None:
+            callbacks = self._callbacks[kind] = tuple(
+                cb for cb, wanted in self._subscribers if wanted is None or kind in wanted
+            )
+        return callbacks
 
 
 def _terminates_gracefully(k: Kind, stored: Any) -> bool:

@@ -105,7 +105,7 @@ class VMController:
         self.rollout = LiveUpdate(client, clocks, self.starts, lambda: self.live_update)
         for vm in client.objects(VirtualMachine):
             self._dirty.add(vm.key)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (VirtualMachine, VirtualMachineInstance))
 
     @property
     def affinity_syncs(self) -> int:

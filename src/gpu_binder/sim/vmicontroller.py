@@ -93,7 +93,7 @@ class VMIController:
             self._on_pod(pod, deleted=False)
         for vmi in client.objects(VirtualMachineInstance):
             self._dirty.add(vmi.key)
-        client.subscribe(self._on_event)
+        client.subscribe(self._on_event, (VirtualMachineInstance, Pod))
 
     def dirty(self, key: str) -> None:
         self._dirty.add(key)
