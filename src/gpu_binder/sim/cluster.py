@@ -36,6 +36,7 @@ from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
 from gpu_binder.sim.selectors import selector_matches
 from gpu_binder.sim.storage import Storage
+from gpu_binder.sim.truth import GroundTruth
 from gpu_binder.webhook.decision import Admitter
 
 # Steps of KubeVirt and the kubelets between two binder passes, at most (see settle).
@@ -152,6 +153,7 @@ class Cluster:
         )
         self.kubelet = Kubelet(self.client, self.clocks)
         self.checker = InvariantChecker(self.client)
+        self.truth = GroundTruth(self.client, self.clock.now)
 
     # --- the binder -----------------------------------------------------------------------
 
