@@ -134,7 +134,7 @@ class Cluster:
             )
         )
         self.recorder = ClientRecorder(self.client)
-        self.world = World()
+        self.world = World(clock=self.clock.now)
         self.client.subscribe(self._event)
         self._relist()
         self.reconciler = self._new_reconciler()
@@ -181,7 +181,7 @@ class Cluster:
 
     def restart_binder(self) -> None:
         """A new leader: caches listed afresh, and nothing remembered from the old one."""
-        self.world = World()
+        self.world = World(clock=self.clock.now)
         self._relist()
         self.reconciler = self._new_reconciler()
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)

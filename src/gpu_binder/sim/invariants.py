@@ -79,6 +79,9 @@ class InvariantChecker:
         self._classes: dict[str, GPUClass] = {}
         self._vmis: dict[str, VirtualMachineInstance] = {}
         self._finished: dict[str, datetime] = {}
+        # By uid, the true time a VMI ended: the write that made it Succeeded/Failed or
+        # removed it, on the store's clock.
+        self._ended: dict[str, datetime] = {}
         self._slots: dict[tuple[str, str], str] = {}
         self._uses: dict[str, set[str]] = {}
         self._used_by: dict[str, str] = {}
@@ -214,12 +217,17 @@ class InvariantChecker:
     def _finish_times(self, r: GPUUsageRecord, finished: datetime) -> set[datetime]:
         """The ends a record of a VMI that finished then may carry: the finish time (never
         before the record's start), or that clamped to the binder's now at the close when
-        the VMI's clock was ahead of it (invariant 11)."""
+        the VMI's clock was ahead of it (invariant 11), or the true time the VMI ended
+        when its finish says earlier (a binder that saw it end knows it ended no sooner:
+        World.seen_running)."""
         start, finished = utc(r.spec.start), utc(finished)
         closed = self.records.closed_at.get(f"{r.metadata.namespace}/{r.metadata.name}")
         ends = {max(start, finished)}
         if closed is not None:
             ends.add(max(start, min(finished, closed)))
+        ended = self._ended.get(r.spec.vmi.uid if r.spec.vmi else "")
+        if ended is not None and ended > finished:
+            ends.add(max(start, ended))
         return ends
 
     # --- following the store --------------------------------------------------------------
@@ -382,6 +390,8 @@ class InvariantChecker:
         self._dirty_vms.add(order_key(vmi))
         if vmi.finished_at is not None:
             self._finished[vmi.metadata.uid] = vmi.finished_at
+        if deleted or not vmi.live:
+            self._ended.setdefault(vmi.metadata.uid, utc(self.client.clock()))
         if deleted:
             held = self._vmis.pop(key, None)
             if held is not None and USAGE_FINALIZER in held.metadata.finalizers:
