@@ -14,7 +14,12 @@ from typing import Any
 
 from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
-from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.kubevirt import (
+    STARTED_PHASES,
+    Node,
+    VirtualMachine,
+    VirtualMachineInstance,
+)
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
     OPEN_RECORDS,
@@ -117,6 +122,9 @@ class World(Orders):
         # By uid, when this world last held the VMI live: the arrival of the version that
         # ended it (see _observe_end). Kept as long as ended_vmis.
         self.seen_running: dict[str, datetime] = {}
+        # By uid, when this world last held the VMI not yet started: the arrival of the
+        # version that started it (Scheduled or Running; see _observe_start).
+        self.seen_unstarted: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
         self.dirty: set[str] = set()
         self.class_gen = 0
@@ -296,6 +304,7 @@ class World(Orders):
         old = self.vmis.get(vmi.key)
         if old is not None and old.live:
             self._observe_end(old, vmi, deleted)
+            self._observe_start(old, vmi, deleted)
         if old is not None:
             discard_from(self.vmis_by_order, vm_key_of_vmi(old), old.key)
         _put(self.vmis, vmi.key, vmi, deleted)
@@ -321,6 +330,21 @@ class World(Orders):
         self.devices.touch_key(vm_key_of_vmi(vmi))
         if vmi.vm_name is None or (old is not None and old.vm_name is None):
             self._order_changed(vm_key_of_vmi(vmi))
+
+    def _observe_start(
+        self, old: VirtualMachineInstance, new: VirtualMachineInstance, deleted: bool
+    ) -> None:
+        """Remember when this world last held a VMI not yet started: when the version
+        starting it arrives. Its start is stamped by virt-controller's and its node's
+        clocks, which may be behind the binder's: the attachment must not be billed from
+        before the binder saw the VMI unstarted. Late by the watch's delivery, as
+        seen_running is."""
+        if self.clock is None or deleted or new.metadata.uid != old.metadata.uid:
+            return
+        if old.phase not in STARTED_PHASES and new.phase in STARTED_PHASES:
+            self.seen_unstarted[new.metadata.uid] = self.clock()
+            if len(self.seen_unstarted) > ENDED_VMIS_KEPT:
+                del self.seen_unstarted[next(iter(self.seen_unstarted))]
 
     def _observe_end(
         self, old: VirtualMachineInstance, new: VirtualMachineInstance, deleted: bool

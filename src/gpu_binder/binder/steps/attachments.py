@@ -103,8 +103,14 @@ def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
     device was another VM's until the bind (a reservation, or an attachment whose detach
     the device forgot when its agent wrote it anew), and billing the VMI from its
     Scheduled time billed that GPU twice (invariant 11). Only an adoption binds a device
-    the VMI held already, so its binding says nothing of when the use began."""
+    the VMI held already, so its binding says nothing of when the use began.
+
+    Nor before this binder saw the VMI unstarted (World.seen_unstarted): the Scheduled
+    time is stamped by virt-controller's clock, which may be minutes behind."""
     since = vmi.started_at or ctx.now
+    unstarted = ctx.world.seen_unstarted.get(vmi.metadata.uid)
+    if unstarted is not None and unstarted > since:
+        since = unstarted
     detached = d.status.detached_at
     if detached is not None and detached > since:
         since = detached
