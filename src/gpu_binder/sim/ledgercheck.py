@@ -28,6 +28,7 @@ interval is held to 1 s. The strictest figure (every interval to 1 s) is printed
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -117,23 +118,17 @@ def compare(
             if not _within(t, ls, unseen):
                 shown = (t[0], t[1]) if t is not None else None
                 out.violations.append(_violation(group, where[group], diff, shown, ls))
-    out.worst_namespace_class_seconds = max(
-        (abs(a - b) for a, b in totals.values()), default=0.0
-    )
+    out.worst_namespace_class_seconds = max((abs(a - b) for a, b in totals.values()), default=0.0)
     return out
 
 
-def _judge(
-    truth: list[Truth], ledger: list[Span]
-) -> list[tuple[float, Truth | None, list[Span]]]:
+def _judge(truth: list[Truth], ledger: list[Span]) -> list[tuple[float, Truth | None, list[Span]]]:
     """Each truth interval with the ledger intervals overlapping it most, and the ledger
     intervals overlapping none: (difference in seconds, truth, ledger)."""
     mine: dict[int, list[Span]] = defaultdict(list)
     strays: list[Span] = []
     for span in ledger:
-        best = max(
-            range(len(truth)), key=lambda i: _overlap(_span(truth[i]), span), default=None
-        )
+        best = max(range(len(truth)), key=lambda i: _overlap(_span(truth[i]), span), default=None)
         if best is None or _overlap(_span(truth[best]), span) <= 0:
             strays.append(span)
         else:
@@ -153,7 +148,7 @@ def _within(t: Truth | None, ls: list[Span], unseen: float) -> bool:
     if t is None or not ls:
         return sum(_length(s) for s in ls) + (_length(_span(t)) if t else 0.0) <= TOLERANCE
     start, end = ls[0][0], ls[-1][1]
-    gaps = sum((b[0] - a[1]).total_seconds() for a, b in zip(ls, ls[1:], strict=False))
+    gaps = sum((b[0] - a[1]).total_seconds() for a, b in pairwise(ls))
     return (
         abs((start - t[0]).total_seconds()) <= TOLERANCE + (0.0 if t[2] else unseen)
         and abs((end - t[1]).total_seconds()) <= TOLERANCE + (0.0 if t[3] else unseen)
@@ -192,8 +187,7 @@ def _violation(group: Group, namespace: str, diff: float, t: Span | None, ls: li
     truth = _show(t) if t is not None else "nothing"
     billed = ", ".join(_show(s) for s in ls) or "nothing"
     return (
-        f"(12) {kind} time of {device} for {whose}: truth {truth}, ledger {billed}: "
-        f"{diff:.1f}s off"
+        f"(12) {kind} time of {device} for {whose}: truth {truth}, ledger {billed}: {diff:.1f}s off"
     )
 
 
