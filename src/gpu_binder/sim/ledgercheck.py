@@ -28,10 +28,10 @@ interval is held to 1 s. The strictest figure (every interval to 1 s) is printed
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import pairwise
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 from gpu_binder.api.meta import utc
