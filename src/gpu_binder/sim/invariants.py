@@ -6,7 +6,8 @@ could hide a step in between; `check()` then judges the state (1, 2, 6, 8, 9) of
 changed since the last check only, so running it after every event costs what the event
 changed. Invariant 5 is structural (only the binder writes status.binding), 7 is
 `quiet_pass`, 9 and 9b (an Attached device is one its VMI runs with) are sim.podcheck's,
-11 is sim.recordcheck's.
+11 is sim.recordcheck's, 12 (the ledger against the sim's own truth of GPU time)
+sim.ledgercheck's, judged once at the end of a run (sim.command).
 """
 
 from __future__ import annotations
