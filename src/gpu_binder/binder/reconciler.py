@@ -170,6 +170,11 @@ class Reconciler:
             # Attachments first: a VMI that ended detaches a Lost device, which changes
             # the set the device belongs to.
             await self._run(attachments.attachments, now, result)
+            # A detach begins a Reserved interval that a release or a bind of this very
+            # pass may end (a VM stopped and deleted while no binder ran): its record is
+            # opened now, or the interval would never have one.
+            if not result.aborted:
+                await self._run(reserved.reserved_records, now, result)
             await self._run(sets.sets, now, result)
         if enabled and not result.aborted:
             placement = [requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders]
