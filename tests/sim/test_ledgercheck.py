@@ -118,11 +118,16 @@ def test_a_start_a_binder_saw_is_held_to_a_second_whatever_the_skew() -> None:
     assert len(result.violations) == 1
 
 
-def test_an_interval_missed_while_no_binder_ran_is_still_a_violation() -> None:
-    stretch = reserved(100, 106)
-    stretch.start_seen = False
-    result = compare([stretch], [], T0 + at(200), unseen=600)
+def test_an_interval_missed_between_two_ends_a_binder_saw_is_a_violation() -> None:
+    result = compare([reserved(100, 106)], [], T0 + at(200), unseen=600)
     assert len(result.violations) == 1
+
+
+def test_an_interval_an_unseen_end_may_have_swallowed_is_within_the_skew() -> None:
+    stretch = reserved(100, 220)
+    stretch.start_seen = False
+    result = compare([stretch], [], T0 + at(300), unseen=600)
+    assert result.violations == []
 
 
 def test_an_interval_the_ledger_missed_is_off_by_its_length() -> None:
