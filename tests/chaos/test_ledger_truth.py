@@ -1,6 +1,7 @@
 """Invariant 12 on a whole run: the binder's ledger against the sim's own truth of GPU
-time, with nodes' clocks on the true time (no --chaos: its skewed clocks and outages are
-the open findings of the issue-13 ground truth, see sim.ledgercheck)."""
+time. Without --chaos every clock is on the true time, so every end of every interval is
+held to 1 s (under --chaos, test_chaos judges it with the clocks' skew allowed at ends no
+binder saw)."""
 
 from __future__ import annotations
 
