@@ -130,6 +130,15 @@ def test_an_interval_an_unseen_end_may_have_swallowed_is_within_the_skew() -> No
     assert result.violations == []
 
 
+def test_an_interval_that_began_and_ended_while_no_binder_ran_must_be_billed() -> None:
+    # Its VMI's stamps tell a binder that comes back that it ran: only one unseen end
+    # may have swallowed an interval.
+    stretch = attached(100, 165, end_seen=False)
+    stretch.start_seen = False
+    result = compare([stretch], [], T0 + at(300), unseen=600)
+    assert len(result.violations) == 1
+
+
 def test_an_interval_the_ledger_missed_is_off_by_its_length() -> None:
     result = compare([reserved(100, 106)], [], T0 + at(200))
     assert result.worst_seconds == 6.0

@@ -21,10 +21,10 @@ binder's now are that same instant (sim.truth). Only a time the binder takes fro
 another machine's clock, or an interval it notices late, can miss it. An end that came
 while no binder ran is one the binder can know only by such a stamp (a VMI's finish, by
 its node's clock). There the tolerance is 1 s plus how far the cluster's clocks may be
-off (`unseen`, the sim's skew); an interval the ledger missed is as off as its ends
-allow, as if billed for none of it at an instant inside it. Every other end, every gap
-and every invented interval is held to 1 s. The strictest figure (every interval to 1 s)
-is printed too.
+off (`unseen`, the sim's skew); an interval the ledger missed may be one such shifted end
+swallowed, so it may be that long (not when both its ends were unseen: the stamps tell
+of it). Every other end, every gap and every invented interval is held to 1 s. The
+strictest figure (every interval to 1 s) is printed too.
 """
 
 from __future__ import annotations
@@ -150,11 +150,10 @@ def _within(t: Truth | None, ls: list[Span], unseen: float) -> bool:
     if t is None:
         return sum(_length(s) for s in ls) <= TOLERANCE
     if not ls:
-        # Missed: as if billed for none of it at some instant inside it, each end off by
-        # at most its own tolerance (an interval a shifted unseen end may swallow).
-        return _length(_span(t)) <= 2 * TOLERANCE + (0.0 if t[2] else unseen) + (
-            0.0 if t[3] else unseen
-        )
+        # Missed: as if billed for none of it at an instant inside it, its ends off by a
+        # second each and one unseen end by the skew (an interval a shifted unseen end
+        # may swallow). Begun and ended unseen, its VMI's stamps still tell of it.
+        return _length(_span(t)) <= 2 * TOLERANCE + (unseen if t[2] != t[3] else 0.0)
     start, end = ls[0][0], ls[-1][1]
     gaps = sum((b[0] - a[1]).total_seconds() for a, b in pairwise(ls))
     return (
