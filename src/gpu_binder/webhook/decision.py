@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import (
     CLASSES_ANNOTATION,
     GPUBindRequest,
@@ -42,7 +43,6 @@ from gpu_binder.binder.kubevirtcr import served_twice
 from gpu_binder.binder.plan import Plan
 from gpu_binder.binder.steps.moves import move_reason
 from gpu_binder.binder.steps.status import reported_degraded
-from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
@@ -405,7 +405,7 @@ class Admitter:
                 or not _bound_to(pinned.target, d)
                 or d.status.phase == Phase.LOST
                 or d.spec.node_name != pinned.pinning.node
-                or slot_resource(d) != slot_resource(cached)
+                or device_slot(d) != device_slot(cached)
             ):
                 return False
         return True

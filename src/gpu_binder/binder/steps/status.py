@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.meta import Condition, set_condition
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.steps.devices import matching_classes
-from gpu_binder.cache.deviceindex import slot_resource
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:
@@ -291,7 +291,7 @@ def _shortfall(ctx: Context, allocatable: dict[str, int], devs: list[GPUDevice])
         if cls is None:
             continue
         if cls.spec.pinning == "Device":
-            out.update(d.metadata.name for d in ds if allocatable.get(slot_resource(d), 0) < 1)
+            out.update(d.metadata.name for d in ds if allocatable.get(device_slot(d), 0) < 1)
             continue
         served = allocatable.get(cls.spec.resource_name, 0)
         if served < len(ds):
