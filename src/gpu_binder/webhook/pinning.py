@@ -8,6 +8,7 @@ What an entry names is cache.vmiorder's rule, the one the binder reads running V
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from gpu_binder.api.slots import device_slot, is_slot
 from gpu_binder.api.types import GPUClass, GPUDevice
 from gpu_binder.cache.vmiorder import resolve, slots_of
+from gpu_binder.placement.options import serving
 
 Section = Literal["gpus", "hostDevices"]
 SECTIONS: tuple[Section, ...] = ("gpus", "hostDevices")
@@ -102,15 +104,12 @@ def with_alternatives(
     named = [c for c in order.by_class if c in alternatives]
     if not named or len(set(alternatives)) < 2:
         return order
-    held: dict[str, int] = {}
-    for d in devices:
-        if d.status.class_name in alternatives:
-            held[d.status.class_name] = held.get(d.status.class_name, 0) + 1
-    if not held:
+    held = Counter(d.status.class_name for d in devices)
+    chosen = serving(alternatives, held)
+    if chosen is None:
         return order
-    serving = max(sorted(held), key=lambda c: held[c])
     by_class = {c: es for c, es in order.by_class.items() if c not in alternatives}
-    by_class[serving] = sorted(
+    by_class[chosen] = sorted(
         (e for c in named for e in order.by_class[c]), key=lambda e: (e.section, e.index)
     )
     return Order(by_class, order.slots)
