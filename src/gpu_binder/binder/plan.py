@@ -36,16 +36,40 @@ Verb = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class Decision:
+    """A bind or a release, as facts: what was bound or released, where, and why. The
+    Events of one pass's decisions are merged by these (binder.events.merge), not by
+    reading their words back."""
+
+    verb: Literal["bound", "released"]
+    devices: tuple[str, ...]
+    node: str  # where it was bound; "" for a release
+    why: str
+
+    def render(self) -> str:
+        names = self.devices
+        what = names[0] if len(names) == 1 else f"{len(names)} GPUs ({', '.join(names)})"
+        on = f" on {self.node}" if self.node else ""
+        return f"{self.verb} {what}{on}: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
-    """An Event to record: a decision and its reason, in words, on an object."""
+    """An Event to record on an object: a decision (its facts) or other words, and why."""
 
     kind: str
     namespace: str
     name: str
     uid: str
     reason: str
-    message: str
+    prose: str  # the words of a note that is no bind or release
     type: Literal["Normal", "Warning"] = "Normal"
+    decision: Decision | None = None
+
+    @property
+    def message(self) -> str:
+        """The Event's note, in words."""
+        return self.decision.render() if self.decision is not None else self.prose
 
 
 @dataclass(slots=True)
