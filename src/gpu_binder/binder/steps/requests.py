@@ -21,6 +21,7 @@ from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.steps.completion import complete, request_alternatives
 from gpu_binder.binder.steps.moves import move_reason, relocate
+from gpu_binder.binder.writes import Delete, Status
 from gpu_binder.cache.deviceindex import set_node
 
 # An answered request lives this many bind timeouts before the binder deletes it: its
@@ -85,7 +86,7 @@ def _delete_left(ctx: Context) -> None:
         if deleted >= DELETIONS_PER_PASS:
             break  # the rest stay due for the next pass
         # Kept in the deadlines until the world has it gone, so a failed delete is retried.
-        ctx.plan.write("delete", left)
+        ctx.plan.write(Delete(left))
         deleted += 1
 
 
@@ -148,6 +149,6 @@ def _reply(
             "answered_at": ctx.now,
         }
     )
-    ctx.plan.write("status", req.model_copy(update={"status": status}))
+    ctx.plan.write(Status(req.model_copy(update={"status": status})))
     key = f"{req.metadata.namespace}/{req.metadata.name}"
     ctx.memory.request_expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)

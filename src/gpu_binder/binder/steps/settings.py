@@ -24,6 +24,7 @@ from gpu_binder.api.types import GROUP
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import CREATED_ANNOTATION, pci_host_devices
 from gpu_binder.binder.plan import Note
+from gpu_binder.binder.writes import Apply
 
 # Names under the binder's own API group: the slot resources (api.slots) and no others.
 SLOT_PREFIX = f"{GROUP}/"
@@ -132,7 +133,7 @@ def settings(ctx: Context) -> None:
         # forced apply takes it over, and what it writes is what was there plus ours.
         "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": merged}}},
     }
-    ctx.plan.write("apply", _Applied(key, body), note)
+    ctx.plan.write(Apply(_Applied(key, body)), note)
 
 
 class _Applied:

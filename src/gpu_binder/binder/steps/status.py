@@ -11,6 +11,7 @@ from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.steps.devices import matching_classes
+from gpu_binder.binder.writes import NodeCondition, Status
 
 
 def largest_free_set(ctx: Context, class_name: str) -> int:
@@ -135,7 +136,7 @@ def class_status(ctx: Context) -> None:
             }
         )
         if status != cls.status:
-            ctx.plan.write("status", cls.model_copy(update={"status": status}), note)
+            ctx.plan.write(Status(cls.model_copy(update={"status": status})), note)
 
 
 def lost_cause(ctx: Context, d: GPUDevice, shortfall: set[str]) -> str:
@@ -312,4 +313,4 @@ def _node_condition(ctx: Context, node: str, status: str, reason: str, message: 
         message=message,
         last_transition_time=ctx.now,
     )
-    ctx.plan.write("node_status", (node, cond))
+    ctx.plan.write(NodeCondition(node, cond))
