@@ -8,7 +8,7 @@ server says is gone, or the copy a Reserved record was opened with.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, assert_never
 
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node
@@ -96,6 +96,8 @@ class Writer:
                 # again.
                 self.world.apply(WatchEvent("DELETED", obj))
                 return None
+            case _:
+                assert_never(op)
 
     async def _finalizers(self, obj: Any) -> Any:
         """Set metadata.finalizers by a merge patch, which touches nothing else of an object
