@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.meta import controller_or_first
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.slots import device_slot, is_slot
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
@@ -299,7 +300,12 @@ def _owner(request: AdmissionRequest) -> str:
     """The VMI a pod is for, as its review names it, for the log."""
     meta = (request.object or {}).get("metadata")
     refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, dict) and ref.get("kind") == "VirtualMachineInstance":
-            return f"VMI {request.namespace}/{ref.get('name', '')}"
-    return f"an unowned pod in {request.namespace}"
+    owners = [
+        r
+        for r in (refs if isinstance(refs, list) else ())
+        if isinstance(r, dict) and r.get("kind") == "VirtualMachineInstance"
+    ]
+    ref = controller_or_first(owners, lambda r: r.get("controller") is True)
+    if ref is None:
+        return f"an unowned pod in {request.namespace}"
+    return f"VMI {request.namespace}/{ref.get('name', '')}"
