@@ -91,7 +91,6 @@ class Reconciler:
         self.recorder: Recorder = recorder or MemoryRecorder()
         self.metrics = metrics or Metrics()
         self.memory = Memory()
-        self.writer = Writer(client, world)
         self.is_leader = is_leader or (lambda: True)
         self.last_full: datetime | None = None
         self.scope = Scope(full=True)
@@ -279,6 +278,7 @@ class Reconciler:
         stop: list[str] = []  # why this wave starts no more writes (an earlier step's
         # abort does not stop this one's: release runs after a placement conflict)
         limit = asyncio.Semaphore(WRITES_IN_FLIGHT)
+        writer = Writer(self.client, self.world)  # the client as it is now (tests swap it)
 
         async def one(i: int) -> None:
             async with limit:
@@ -289,7 +289,7 @@ class Reconciler:
                     return
                 w = items[i]
                 try:
-                    made = await self.writer.make(w.op)
+                    made = await writer.make(w.op)
                 except NotFound:
                     if _answer_of_a_gone_request(w):
                         # Its webhook gave up waiting (bind timeout) and deleted it: nobody
