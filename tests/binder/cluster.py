@@ -38,13 +38,12 @@ from gpu_binder.api.types import (
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
+from gpu_binder.cache import World
 from gpu_binder.cache.vmiorder import vm_entries
-from gpu_binder.cache.world import SELECTORS, WATCHED, World, selected
-from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import builders
+from gpu_binder.sim.binderhost import BinderHost
 from gpu_binder.sim.builders import owner_reference
 from gpu_binder.sim.memory import MemoryClient
-from gpu_binder.sim.selectors import selector_matches
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMESPACE = "tenant"
@@ -85,33 +84,27 @@ def gpu_name(node: str, slot: int) -> str:
 class Cluster:
     config: Config = field(default_factory=Config)
     clock: Clock = field(default_factory=Clock)
+    host: BinderHost = field(init=False)
     client: MemoryClient = field(init=False)
-    world: World = field(init=False)
     binder: Reconciler = field(init=False)
     # Device ids of the classes made so far, so nodes know what their agent reports.
     device_ids: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.client = MemoryClient(clock=self.clock)
-        self.world = World(clock=self.clock)
-        self._lagging: list[WatchEvent[Any]] | None = None
-        self._unsubscribe = self.client.subscribe(self._feed)
-        self.binder = Reconciler(self.client, self.world, self.config, clock=self.clock)
+        self.host = BinderHost(self.clock, self.config)
+        self.client = self.host.client
+        self.binder = self.host.reconciler()
 
-    def _feed(self, _kind: type[Any], event: WatchEvent[Any]) -> None:
-        if self._lagging is not None:
-            self._lagging.append(event)
-        else:
-            self.world.apply(selected(event))
+    @property
+    def world(self) -> World:
+        return self.host.world
 
     def lag(self) -> None:
         """The binder's informers fall behind: events queue up until catch_up()."""
-        self._lagging = []
+        self.host.lag()
 
     def catch_up(self) -> None:
-        events, self._lagging = self._lagging or [], None
-        for event in events:
-            self.world.apply(selected(event))
+        self.host.catch_up()
 
     # --- the admin ----------------------------------------------------------------------
 
@@ -548,16 +541,9 @@ class Cluster:
 
     def restart(self, config: Config | None = None) -> None:
         """A new binder process: a fresh World listed from the API, empty memory."""
-        self._unsubscribe()
-        self.world = World(clock=self.clock)
-        for kind in WATCHED:
-            selector = SELECTORS.get(kind, "")
-            for obj in self.client.objects(kind):
-                if selector_matches(selector, obj.metadata.labels):
-                    self.world.apply(WatchEvent("ADDED", obj))
-        self._unsubscribe = self.client.subscribe(self._feed)
         self.config = config or self.config
-        self.binder = Reconciler(self.client, self.world, self.config, clock=self.clock)
+        self.host.restart(self.config)
+        self.binder = self.host.reconciler()
 
     # --- reading the outcome -----------------------------------------------------------
 

@@ -176,19 +176,19 @@ RBAC = DEPLOY / "binder" / "rbac.yaml"
 USES: dict[tuple[str, str, str], str] = {
     **{
         (GROUP, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of cache.world.WATCHED"
+        "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
         for kind in ("gpuclasses", "gpudevices", "gpubindrequests", "gpuusagerecords")
         for verb in ("list", "watch")
     },
     **{
         ("kubevirt.io", kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of cache.world.WATCHED"
+        "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
         for kind in ("virtualmachines", "virtualmachineinstances", "kubevirts")
         for verb in ("list", "watch")
     },
     **{
         (group, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of cache.world.WATCHED"
+        "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
         for group, kind in (("", "nodes"), ("", "resourcequotas"), ("apps", "controllerrevisions"))
         for verb in ("list", "watch")
     },
