@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from webhook_cluster import H100, L40S, NS, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.slots import device_slot
@@ -17,6 +16,8 @@ from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter, NeedsRequest, Respond
 from gpu_binder.webhook.review import BadReview
+
+from .webhook_cluster import H100, L40S, NS, Cluster, patched, review, vmi_of
 
 H100_SLOT = "gpu.cozystack.io/10de-2330-s{}"
 NODE = "metadata.name"

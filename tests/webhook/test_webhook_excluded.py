@@ -3,9 +3,9 @@ the pinning, never the refusal of another set's slots."""
 
 from __future__ import annotations
 
-from webhook_cluster import NS, Cluster, review, vmi_of
-
 from gpu_binder.api.slots import device_slot
+
+from .webhook_cluster import NS, Cluster, review, vmi_of
 
 
 async def test_a_vmi_in_an_excluded_namespace_naming_another_sets_slot_is_denied(

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from webhook_cluster import NS, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import DEVICES_ANNOTATION
@@ -22,6 +21,8 @@ from gpu_binder.sim.builders import vm_object
 from gpu_binder.sim.launcher import render_launcher_pod
 from gpu_binder.webhook.pods import PodPinner
 from gpu_binder.webhook.review import BadReview, review_request
+
+from .webhook_cluster import NS, Cluster, patched, review, vmi_of
 
 H100_SLOT = "gpu.cozystack.io/10de-2330-s{}"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
