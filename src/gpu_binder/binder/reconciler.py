@@ -31,6 +31,7 @@ from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.events import MemoryRecorder, Recorder, merge
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.plan import Note, Plan, Write
+from gpu_binder.binder.queries import largest_free_set
 from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.steps import (
     attachments,
@@ -220,8 +221,8 @@ class Reconciler:
         await self._execute(ctx.plan, now, result)
 
     def _export(self) -> None:
-        ctx = self._context(self.clock())
-        largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
+        degraded = self.memory.degraded
+        largest = {c: largest_free_set(self.world, degraded, c) for c in self.world.classes}
         unmanaged = len(self.memory.unadopted)
         self.metrics.export(
             self.world,

@@ -5,7 +5,7 @@ allocatable CPU and memory, one GPUClass per GPU model, one classified GPUDevice
 in a `World`, and every order is a KubeVirt VirtualMachine: `num_gpu` GPU entries naming
 a class's resourceName, its CPU and memory as domain resource requests, and the models
 of its `gpu_spec` (every model when empty) in the `gpu.cozystack.io/classes` annotation.
-An arrival is decided by `binder.steps.completion.complete`, the function the orders
+An arrival is decided by `binder.completion.complete`, the function the orders
 step calls for each order (class policy, options, CPU and memory fit, binding), and an
 order that fits nowhere goes through the defragmentation step's `make_room` first. A
 departure releases the set as the sets step does for a deleted VM.
@@ -39,10 +39,10 @@ from gpu_binder.api.types import (
     device_name,
 )
 from gpu_binder.binder import ops
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.plan import Plan
-from gpu_binder.binder.steps.completion import complete
 from gpu_binder.binder.steps.defrag import make_room
 from gpu_binder.cache.world import World
 from gpu_binder.client.interface import WatchEvent

@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
-from gpu_binder.binder import ops
+from gpu_binder.binder import ops, placing
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.placing import usable
-from gpu_binder.binder.steps.completion import complete
 from gpu_binder.placement import options
 
 # Sets moved per pass at most: moves cost the tenants of stopped VMs nothing, but each
@@ -115,7 +114,7 @@ def make_room(ctx: Context, key: str, budget: int = MOVES_PER_PASS) -> int:
     savepoint = ctx.plan.savepoint()
     for v in room.victims[:budget]:
         vorder = world.order_of(v.key)
-        placed = ops.place(ctx, vorder, exclude=room.node, key=v.key)
+        placed = placing.place(ctx, vorder, exclude=room.node, key=v.key)
         if placed is None:
             # The one before took its place. Moving only some of this pass's sets would make
             # no room, and the next pass's search would move them back: all, or none.
@@ -158,7 +157,7 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
         if devices.free_count.get(class_name, 0) < count:
             continue  # moves keep the class's free GPUs as many: too few to make room
         for node in devices.class_nodes.get(class_name, {}):
-            if not usable(ctx, node):
+            if not placing.usable(ctx, node):
                 continue
             free = len(devices.free_on(class_name, node))
             cpu_free, memory_free = devices.resources.free(node)
@@ -242,7 +241,7 @@ def _fewest(victims: list[Victim], need: tuple[int, int, int]) -> tuple[Victim, 
 
 
 def _fits_elsewhere(ctx: Context, key: str, node: str) -> bool:
-    return ops.place(ctx, ctx.world.order_of(key), exclude=node, key=key) is not None
+    return placing.place(ctx, ctx.world.order_of(key), exclude=node, key=key) is not None
 
 
 def _created(ctx: Context, key: str) -> str:

@@ -6,9 +6,9 @@ from datetime import datetime, timedelta
 
 from gpu_binder.api.types import BindReason, GPUDevice
 from gpu_binder.binder import ops
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.steps.completion import complete, current_set, missing
-from gpu_binder.binder.steps.status import largest_free_set
+from gpu_binder.binder.queries import current_set, largest_free_set, missing
 
 
 def order_keys(ctx: Context) -> list[str]:
@@ -135,7 +135,7 @@ def orders(ctx: Context) -> None:
                         _settled(ctx, key, signature, deadline)  # until it starts or changes
                     continue
                 deadline = since + limit  # the reservation runs out then, with no event
-        if not missing(order, current_set(ctx, key)):
+        if not missing(order, current_set(world, key)):
             ctx.memory.unplaceable.pop(key, None)
             _settled(ctx, key, signature, deadline)
             continue
@@ -190,11 +190,11 @@ def _hopeless(ctx: Context, key: str, order: dict[str, int], largest: dict[str, 
         return True  # nothing freed and nothing ordered anew since it last failed
     if ctx.world.alternatives_of(key):
         return False  # another class may have room: only the placement itself can tell
-    have = current_set(ctx, key)
+    have = current_set(ctx.world, key)
     need = missing(order, have)
     for class_name, count in need.items():
         if class_name not in largest:
-            largest[class_name] = largest_free_set(ctx, class_name)
+            largest[class_name] = largest_free_set(ctx.world, ctx.memory.degraded, class_name)
         if largest[class_name] >= count:
             return False
     ctx.memory.unplaceable[key] = _memo(ctx, key)

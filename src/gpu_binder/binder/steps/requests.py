@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.steps.completion import complete, request_alternatives
-from gpu_binder.binder.steps.moves import move_reason, relocate
+from gpu_binder.binder.queries import move_reason
 from gpu_binder.cache.deviceindex import set_node
 
 # An answered request lives this many bind timeouts before the binder deletes it: its
@@ -112,8 +112,8 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
         # admitted there, the VMI would never be scheduled, and as a live VMI it would
         # hold the set in place for good. The moves step may not have run since.
         node = set_node(devs)
-        why = move_reason(ctx, key, node, devs)
-        blocked = relocate(ctx, key, order, devs, node, why) if why else ""
+        why = move_reason(world, ctx.memory.degraded, key, node, devs)
+        blocked = ops.relocate(ctx, key, order, devs, node, why) if why else ""
         if blocked:
             _reply(ctx, req, "", (), blocked)
             _refuse(ctx, key, blocked)
@@ -126,6 +126,13 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
     else:
         reason = "GPUQuotaExceeded" if outcome.quota is not None else "GPURefused"
         _refuse(ctx, key, outcome.message, reason)
+
+
+def request_alternatives(req: GPUBindRequest) -> tuple[str, ...] | None:
+    """The classes a bind request accepts in place of those it names; None when it
+    names none (the VM's own then count, see completion.complete)."""
+    named = [c for r in req.spec.requests for c in (r.alternatives or ())]
+    return tuple(dict.fromkeys(named)) if named else None
 
 
 def _refuse(ctx: Context, key: str, message: str, reason: str = "GPURefused") -> None:

@@ -2,49 +2,14 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
 from gpu_binder.binder.plan import Note
-from gpu_binder.binder.steps.devices import matching_classes
+from gpu_binder.binder.queries import largest_free_set, matching_classes, reported_degraded
 from gpu_binder.cache.deviceindex import slot_resource
-
-
-def largest_free_set(ctx: Context, class_name: str) -> int:
-    """The largest set of the class one node could take now: its most free devices, or
-    under NUMA or NVLink topology the most that placement would pick there."""
-    groups = ctx.world.devices.states.groups.get(class_name, {})
-    degraded, usable = ctx.memory.degraded, ctx.world.node_usable
-    cls = ctx.world.classes.get(class_name)
-    topology = cls.spec.placement.topology if cls is not None else "Node"
-    best = 0
-    # Nodes are grouped by free state: the first usable node of the fullest state wins,
-    # so this costs the states (a few dozen), not the nodes; under topology the nodes of
-    # the fullest states until none can beat what was found.
-    for state in sorted(groups, reverse=True):
-        if state[0] <= best:
-            break
-        for node in groups[state]:
-            if node in degraded or not usable(node):
-                continue
-            if topology == "Node":
-                return state[0]
-            best = max(best, _pickable(ctx, class_name, node, topology))
-    return best
-
-
-def _pickable(ctx: Context, class_name: str, node: str, topology: str) -> int:
-    """The largest order placement.pick_devices takes on the node: one that fits a domain's
-    free devices, or any up to all free once no domain of the node is that big."""
-    devices = ctx.world.devices
-    free = devices.free_on(class_name, node)
-    sizes = devices.domain_sizes(class_name, node, topology)
-    if len(free) > max(sizes.values(), default=0):
-        return len(free)
-    return max(devices.domain_sizes(class_name, node, topology, within=free).values())
 
 
 def class_status(ctx: Context) -> None:
@@ -55,7 +20,8 @@ def class_status(ctx: Context) -> None:
     ambiguous: dict[str, list[str]] = {}
     rivals: dict[str, set[str]] = {}
     for device in sorted(ctx.world.devices.ambiguous):
-        names = {c.metadata.name for c in matching_classes(ctx, ctx.world.devices.by_name[device])}
+        found = matching_classes(ctx.world, ctx.world.devices.by_name[device])
+        names = {c.metadata.name for c in found}
         for class_name in names:
             ambiguous.setdefault(class_name, []).append(device)
             rivals.setdefault(class_name, set()).update(names - {class_name})
@@ -129,7 +95,7 @@ def class_status(ctx: Context) -> None:
                 "attached": c.get(Phase.ATTACHED, 0),
                 "lost": c.get(Phase.LOST, 0),
                 "cleaning": c.get(Phase.CLEANING, 0),
-                "largest_free_set": largest_free_set(ctx, name),
+                "largest_free_set": largest_free_set(ctx.world, ctx.memory.degraded, name),
                 "conditions": conditions,
                 "observed_generation": cls.metadata.generation,
             }
@@ -270,14 +236,6 @@ def _degraded(ctx: Context) -> set[str]:
             )
         out.update(short)
     return out
-
-
-def reported_degraded(node: Node) -> bool:
-    """Whether the node carries the GPUDegraded=True condition a binder set on it."""
-    for c in (node.raw.get("status") or {}).get("conditions") or ():
-        if isinstance(c, dict) and c.get("type") == "GPUDegraded":
-            return c.get("status") == "True"
-    return False
 
 
 def _shortfall(ctx: Context, allocatable: dict[str, int], devs: list[GPUDevice]) -> set[str]:
