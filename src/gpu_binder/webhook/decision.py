@@ -36,9 +36,7 @@ from gpu_binder.api.types import (
     Phase,
     RequestPhase,
 )
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.kubevirtcr import served_twice
-from gpu_binder.binder.queries import move_reason, reported_degraded
+from gpu_binder.binder import Config, move_reason, reported_degraded, served_twice
 from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
@@ -279,7 +277,7 @@ class Admitter:
 
     def _move_reason(self, target: Target, node: str, devices: list[GPUDevice]) -> str:
         """Why the binder moves this complete set off `node` before a VMI may start on it,
-        or "": its own rule (queries.move_reason), which its request path relocates by.
+        or "": its own rule (binder.move_reason), which its request path relocates by.
 
         Pinned there anyway, the VMI would never be scheduled, and as a live VMI it would
         hold the set in place. While another VMI of the VM is live, the binder moves

@@ -47,7 +47,7 @@ from typing import Any
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.cache.vmiorder import is_slot_resource
 from gpu_binder.cache.world import World
