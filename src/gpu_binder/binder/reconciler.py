@@ -148,7 +148,8 @@ class Reconciler:
             result.requeue_after = self.config.resync
             # A set held for its request's VMI goes when the wait ends (steps.sets, which
             # runs only when enabled).
-            arrival = self.memory.vmi_arrivals.next() if self.config.enabled else None
+            arrivals = self.memory.of(sets.SetsMemory).vmi_arrivals
+            arrival = arrivals.next() if self.config.enabled else None
             if arrival is not None:
                 result.requeue_after = min(
                     result.requeue_after, max(arrival - now, self.config.conflict_retry)
@@ -223,12 +224,12 @@ class Reconciler:
     def _export(self) -> None:
         degraded = self.memory.degraded
         largest = {c: largest_free_set(self.world, degraded, c) for c in self.world.classes}
-        unmanaged = len(self.memory.unadopted)
+        unmanaged = len(self.memory.of(attachments.AttachmentsMemory).unadopted)
         self.metrics.export(
             self.world,
             largest,
             unmanaged,
-            len(self.memory.unplaceable),
+            len(self.memory.waiting.unplaceable),
             degraded_nodes=len(self.memory.degraded),
         )
 

@@ -15,7 +15,7 @@ and the orders step binds the order then). A VM whose owner asked for a node
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops, placing
@@ -49,28 +49,35 @@ class Room:
     victims: tuple[Victim, ...]
 
 
+@dataclass
+class DefragMemory:
+    # Per node: its bound devices by VM key, as of a device generation (_bound_on).
+    bound_on_node: dict[str, tuple[int, dict[str, list[GPUDevice]]]] = field(default_factory=dict)
+
+
 def defrag(ctx: Context) -> None:
-    if not (ctx.scope.full or ctx.memory.defrag_wanted):
+    waiting = ctx.memory.waiting
+    if not (ctx.scope.full or waiting.defrag_wanted):
         return
-    ctx.memory.defrag_wanted = False
+    waiting.defrag_wanted = False
     world = ctx.world
     clean = ctx.memory.verdicts("defrag")
     budget, examined = MOVES_PER_PASS, 0
-    for key in sorted(ctx.memory.unplaceable, key=lambda k: (_created(ctx, k), k)):
+    for key in sorted(waiting.unplaceable, key=lambda k: (_created(ctx, k), k)):
         if budget <= 0 or examined >= ORDERS_PER_PASS:
             break
         if clean.get(key) == world.devices.gen or not wants_to_run(ctx, key):
             continue
-        if key in ctx.memory.quota_blocked:
+        if key in waiting.quota_blocked:
             continue  # its quota, not room, holds it back: moving others would not help
         examined += 1
         moved = make_room(ctx, key, budget)
         if moved:
             budget -= moved
-            ctx.memory.defrag_wanted = True  # the next pass goes on with it
+            waiting.defrag_wanted = True  # the next pass goes on with it
             order = world.order_of(key)
             if complete(ctx, key, order, BindReason.ORDER, may_move=True).ok:
-                ctx.memory.unplaceable.pop(key, None)
+                waiting.unplaceable.pop(key, None)
         else:
             clean[key] = world.devices.gen  # nothing changed: the same search finds nothing
 
@@ -182,7 +189,8 @@ def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
     last search found them."""
     devices = ctx.world.devices
     gen = devices.node_gen.get(node, 0)
-    cached = ctx.memory.bound_on_node.get(node)
+    memory = ctx.memory.of(DefragMemory)
+    cached = memory.bound_on_node.get(node)
     if cached is not None and cached[0] == gen:
         return cached[1]
     by_key: dict[str, list[GPUDevice]] = {}
@@ -190,7 +198,7 @@ def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
         d = devices.by_name[name]
         if d.status.binding is not None:
             by_key.setdefault(d.status.binding.vm.key, []).append(d)
-    ctx.memory.bound_on_node[node] = (gen, by_key)
+    memory.bound_on_node[node] = (gen, by_key)
     return by_key
 
 

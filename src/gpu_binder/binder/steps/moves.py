@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from gpu_binder.api.types import BindReason, Phase
 from gpu_binder.binder import ops, placing
 from gpu_binder.binder.context import Context
@@ -9,14 +11,23 @@ from gpu_binder.binder.queries import in_place, move_reason
 from gpu_binder.cache.deviceindex import set_node
 
 
+@dataclass
+class MovesMemory:
+    # Sets that must move but found no room, retried when something frees (the capacity
+    # generation last retried in).
+    blocked: set[str] = field(default_factory=set)
+    checked: int = -1
+
+
 def moves(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.verdicts("moves")
-    blocked = ctx.memory.blocked_moves
+    memory = ctx.memory.of(MovesMemory)
+    blocked = memory.blocked
     keys = ctx.scope.set_keys(world, clean)
-    if blocked and ctx.memory.blocked_checked != world.capacity_gen:
+    if blocked and memory.checked != world.capacity_gen:
         # Something freed: a set that could not move may move now.
-        ctx.memory.blocked_checked = world.capacity_gen
+        memory.checked = world.capacity_gen
         listed = set(keys)
         keys = keys + sorted(k for k in blocked if k in world.devices.by_vm and k not in listed)
     for key in keys:

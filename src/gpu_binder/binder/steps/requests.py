@@ -14,12 +14,14 @@ standalone VMI's request has no owner to be garbage-collected with.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
 from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.binder.queries import move_reason
 from gpu_binder.cache.deviceindex import set_node
 
@@ -29,6 +31,12 @@ LEFT_AFTER_TIMEOUTS = 4
 # Deletions per pass: a backlog (webhooks down for a while) goes over a few passes,
 # and never delays the answers a pass makes.
 DELETIONS_PER_PASS = 50
+
+
+@dataclass
+class RequestsMemory:
+    # Answered bind requests, by key, due for deletion should their webhook not delete them.
+    expiry: Deadlines = field(default_factory=Deadlines)
 
 
 def bind_requests(ctx: Context) -> None:
@@ -66,7 +74,7 @@ def _delete_left(ctx: Context) -> None:
     the deadlines as this binder answers them, and on its first sweep (or a class change)
     those answered before it, by an earlier leader."""
     world = ctx.world
-    expiry = ctx.memory.request_expiry
+    expiry = ctx.memory.of(RequestsMemory).expiry
     if ctx.scope.exhaustive:
         for rkey, req in world.requests.items():
             if req.status.phase != RequestPhase.PENDING:
@@ -157,4 +165,5 @@ def _reply(
     )
     ctx.plan.write("status", req.model_copy(update={"status": status}))
     key = f"{req.metadata.namespace}/{req.metadata.name}"
-    ctx.memory.request_expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)
+    expiry = ctx.memory.of(RequestsMemory).expiry
+    expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)

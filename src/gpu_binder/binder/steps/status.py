@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
+
 from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
@@ -12,8 +15,25 @@ from gpu_binder.binder.queries import largest_free_set, matching_classes, report
 from gpu_binder.cache.deviceindex import slot_resource
 
 
+@dataclass
+class StatusMemory:
+    # When a node first served fewer units than it holds healthy devices (Memory.degraded
+    # holds those past degradedGrace).
+    degraded_since: dict[str, datetime] = field(default_factory=dict)
+    # Per node: the shortfall last computed, with the node object and device generation
+    # it was computed from, so an unchanged node costs a lookup.
+    shortfalls: dict[str, tuple[object, tuple[int | None, int], set[str], bool]] = field(
+        default_factory=dict
+    )
+    # When a device was first seen Unhealthy, and a node first seen gone.
+    unhealthy_since: dict[str, datetime] = field(default_factory=dict)
+    node_gone_since: dict[str, datetime] = field(default_factory=dict)
+    # The malformed-quota Event last told per ResourceQuota ("namespace/name").
+    quota_said: dict[str, str] = field(default_factory=dict)
+
+
 def class_status(ctx: Context) -> None:
-    for told in quota.notes(ctx.world, ctx.memory.quota_said):
+    for told in quota.notes(ctx.world, ctx.memory.of(StatusMemory).quota_said):
         ctx.plan.note(told)
     counts = ctx.world.devices.counts
     # A device matching two classes is an error shown on both classes (DESIGN §1).
@@ -106,7 +126,7 @@ def class_status(ctx: Context) -> None:
 
 def lost_cause(ctx: Context, d: GPUDevice, shortfall: set[str]) -> str:
     """Why d is Lost now, or "" when nothing says so."""
-    m, grace = ctx.memory, ctx.config.lost_grace
+    m, grace = ctx.memory.of(StatusMemory), ctx.config.lost_grace
     # A device already Lost stays Lost while a cause holds: these clocks live in memory,
     # and a restarted binder must not recover it only because they started anew.
     lost = d.status.phase == Phase.LOST
@@ -181,7 +201,7 @@ def _recover(ctx: Context, d: GPUDevice) -> None:
 
 def _degraded(ctx: Context) -> set[str]:
     """Devices beyond what each node's device plugin serves, once past degradedGrace."""
-    world, m = ctx.world, ctx.memory
+    world, m, degraded = ctx.world, ctx.memory.of(StatusMemory), ctx.memory.degraded
     out: set[str] = set()
     by_node = world.devices.by_node
     if ctx.scope.exhaustive:
@@ -189,7 +209,7 @@ def _degraded(ctx: Context) -> set[str]:
     else:
         # Unchanged nodes keep their verdict; those in or near a degraded state are judged
         # again, as their grace runs.
-        watch = ctx.scope.changed_nodes(world) | set(m.degraded_since) | m.degraded
+        watch = ctx.scope.changed_nodes(world) | set(m.degraded_since) | degraded
         nodes = sorted(n for n in watch if n in by_node)
     for node_name in nodes:
         names = by_node[node_name]
@@ -208,8 +228,8 @@ def _degraded(ctx: Context) -> set[str]:
             m.shortfalls[node_name] = (node, gen, short, reported)
         if not short:
             m.degraded_since.pop(node_name, None)
-            if node_name in m.degraded or reported:
-                m.degraded.discard(node_name)
+            if node_name in degraded or reported:
+                degraded.discard(node_name)
                 world.devices.touch_node(node_name)
                 world.devices.capacity_gen += 1
                 _node_condition(ctx, node_name, "False", "Serving", "all devices are served")
@@ -218,14 +238,14 @@ def _degraded(ctx: Context) -> set[str]:
             # Degraded past the grace before a restart: stay so, rather than recover its
             # Lost devices and take new sets until the grace has run again.
             m.degraded_since[node_name] = ctx.now - ctx.config.degraded_grace
-            m.degraded.add(node_name)
+            degraded.add(node_name)
             world.devices.touch_node(node_name)  # its sets may have to move now
             world.devices.capacity_gen += 1
         since = m.degraded_since.setdefault(node_name, ctx.now)
         if ctx.now - since < ctx.config.degraded_grace:
             continue
-        if node_name not in m.degraded:
-            m.degraded.add(node_name)
+        if node_name not in degraded:
+            degraded.add(node_name)
             world.devices.touch_node(node_name)  # its sets may have to move now
             _node_condition(
                 ctx,
