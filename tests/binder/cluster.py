@@ -16,6 +16,7 @@ from typing import Any
 from gpu_binder.api.instancetype import ControllerRevision, instancetype_revision_object
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta, OwnerReference
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     NODE_ANNOTATION,
@@ -37,7 +38,6 @@ from gpu_binder.api.types import (
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
-from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.cache.vmiorder import vm_entries
 from gpu_binder.cache.world import SELECTORS, WATCHED, World, selected
 from gpu_binder.client.interface import WatchEvent
@@ -173,7 +173,7 @@ class Cluster:
         allocatable = dict(existing.allocatable) if existing is not None else {}
         served_slots = set(served) if served is not None else set(slots)
         for d_name, slot in zip(names, slots, strict=True):
-            res = slot_resource(self.device(d_name))
+            res = device_slot(self.device(d_name))
             if slot in served_slots:
                 allocatable[res] = 1
             else:
@@ -245,7 +245,7 @@ class Cluster:
         for d_name in self.world.devices.names_on(name):
             d = self.device(d_name)
             if d.spec.slot in keep:
-                allocatable[slot_resource(d)] = 1
+                allocatable[device_slot(d)] = 1
         self._put_node(
             name,
             ready=n.ready,
@@ -463,7 +463,7 @@ class Cluster:
         if names:
             # As the webhook rewrote them: one slot resource per admitted device.
             slots = [
-                {"name": f"gpu{i}", "deviceName": slot_resource(self.device(n))}
+                {"name": f"gpu{i}", "deviceName": device_slot(self.device(n))}
                 for i, n in enumerate(names)
             ]
             template = {**template, "domain": {"devices": {"gpus": slots}}}

@@ -16,7 +16,7 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder import placing
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.plan import Note
+from gpu_binder.binder.plan import Decision, Note
 
 
 def order_ref(ctx: Context, key: str) -> ObjectRef:
@@ -40,6 +40,12 @@ def order_meta(ctx: Context, key: str) -> tuple[str, str, str, str]:
 def vm_note(ctx: Context, key: str, reason: str, message: str, warning: bool = False) -> Note:
     kind, ns, name, uid = order_meta(ctx, key)
     return Note(kind, ns, name, uid, reason, message, "Warning" if warning else "Normal")
+
+
+def decision_note(ctx: Context, key: str, reason: str, decision: Decision) -> Note:
+    """The Event on the order of a bind or a release: its facts, rendered when written."""
+    kind, ns, name, uid = order_meta(ctx, key)
+    return Note(kind, ns, name, uid, reason, "", decision=decision)
 
 
 def device_note(d: GPUDevice, reason: str, message: str, warning: bool = False) -> Note:
@@ -86,9 +92,8 @@ def bind(ctx: Context, d: GPUDevice, key: str, reason: BindReason, why: str) -> 
         }
     )
     new = d.model_copy(update={"status": status})
-    note = vm_note(
-        ctx, key, f"GPU{reason.value}", f"bound {d.metadata.name} on {d.spec.node_name}: {why}"
-    )
+    bound = Decision("bound", (d.metadata.name,), d.spec.node_name, why)
+    note = decision_note(ctx, key, f"GPU{reason.value}", bound)
     ctx.plan.device_status(new, note, placement=True)
     return new
 
@@ -109,7 +114,8 @@ def release(ctx: Context, d: GPUDevice, why: str) -> GPUDevice:
     note = None
     if d.status.binding is not None:
         key = d.status.binding.vm.key
-        note = vm_note(ctx, key, "GPUReleased", f"released {d.metadata.name}: {why}")
+        released = Decision("released", (d.metadata.name,), "", why)
+        note = decision_note(ctx, key, "GPUReleased", released)
     ctx.plan.device_status(new, note, placement=True)
     return new
 

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import (
     CLASSES_ANNOTATION,
     GPUBindRequest,
@@ -37,7 +38,6 @@ from gpu_binder.api.types import (
     RequestPhase,
 )
 from gpu_binder.binder import Config, move_reason, reported_degraded, served_twice
-from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
@@ -396,7 +396,7 @@ class Admitter:
                 or not _bound_to(pinned.target, d)
                 or d.status.phase == Phase.LOST
                 or d.spec.node_name != pinned.pinning.node
-                or slot_resource(d) != slot_resource(cached)
+                or device_slot(d) != device_slot(cached)
             ):
                 return False
         return True

@@ -23,6 +23,7 @@ from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.binder.queries import move_reason
+from gpu_binder.binder.writes import Delete, Status
 from gpu_binder.cache.deviceindex import set_node
 
 # An answered request lives this many bind timeouts before the binder deletes it: its
@@ -93,7 +94,7 @@ def _delete_left(ctx: Context) -> None:
         if deleted >= DELETIONS_PER_PASS:
             break  # the rest stay due for the next pass
         # Kept in the deadlines until the world has it gone, so a failed delete is retried.
-        ctx.plan.write("delete", left)
+        ctx.plan.write(Delete(left))
         deleted += 1
 
 
@@ -163,7 +164,7 @@ def _reply(
             "answered_at": ctx.now,
         }
     )
-    ctx.plan.write("status", req.model_copy(update={"status": status}))
+    ctx.plan.write(Status(req.model_copy(update={"status": status})))
     key = f"{req.metadata.namespace}/{req.metadata.name}"
     expiry = ctx.memory.of(RequestsMemory).expiry
     expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)

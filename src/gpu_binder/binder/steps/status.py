@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpu_binder.api.meta import Condition, set_condition
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.queries import largest_free_set, matching_classes, reported_degraded
-from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.binder.writes import NodeCondition, Status
 
 
 @dataclass
@@ -121,7 +122,7 @@ def class_status(ctx: Context) -> None:
             }
         )
         if status != cls.status:
-            ctx.plan.write("status", cls.model_copy(update={"status": status}), note)
+            ctx.plan.write(Status(cls.model_copy(update={"status": status})), note)
 
 
 def lost_cause(ctx: Context, d: GPUDevice, shortfall: set[str]) -> str:
@@ -269,7 +270,7 @@ def _shortfall(ctx: Context, allocatable: dict[str, int], devs: list[GPUDevice])
         if cls is None:
             continue
         if cls.spec.pinning == "Device":
-            out.update(d.metadata.name for d in ds if allocatable.get(slot_resource(d), 0) < 1)
+            out.update(d.metadata.name for d in ds if allocatable.get(device_slot(d), 0) < 1)
             continue
         served = allocatable.get(cls.spec.resource_name, 0)
         if served < len(ds):
@@ -290,4 +291,4 @@ def _node_condition(ctx: Context, node: str, status: str, reason: str, message: 
         message=message,
         last_transition_time=ctx.now,
     )
-    ctx.plan.write("node_status", (node, cond))
+    ctx.plan.write(NodeCondition(node, cond))
