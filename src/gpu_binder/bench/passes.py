@@ -17,8 +17,7 @@ from typing import Any
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import ClassCount, GPUBindRequest, GPUBindRequestSpec, NameRef, VMRef
 from gpu_binder.bench import fixture as fx
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, Config, Reconciler
 from gpu_binder.cache import World, feed, listed
 
 

@@ -24,6 +24,7 @@ from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.events import MemoryRecorder, Recorder, merge
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.plan import Note, Plan, Write
+from gpu_binder.binder.queries import largest_free_set
 from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.steps import (
     attachments,
@@ -142,7 +143,8 @@ class Reconciler:
             result.requeue_after = self.config.resync
             # A set held for its request's VMI goes when the wait ends (steps.sets, which
             # runs only when enabled).
-            arrival = self.memory.vmi_arrivals.next() if self.config.enabled else None
+            arrivals = self.memory.of(sets.SetsMemory).vmi_arrivals
+            arrival = arrivals.next() if self.config.enabled else None
             if arrival is not None:
                 result.requeue_after = min(
                     result.requeue_after, max(arrival - now, self.config.conflict_retry)
@@ -216,14 +218,14 @@ class Reconciler:
         await self._execute(ctx.plan, now, result)
 
     def _export(self) -> None:
-        ctx = self._context(self.clock())
-        largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
-        unmanaged = len(self.memory.unadopted)
+        degraded = self.memory.degraded
+        largest = {c: largest_free_set(self.world, degraded, c) for c in self.world.classes}
+        unmanaged = len(self.memory.of(attachments.AttachmentsMemory).unadopted)
         self.metrics.export(
             self.world,
             largest,
             unmanaged,
-            len(self.memory.unplaceable),
+            len(self.memory.waiting.unplaceable),
             degraded_nodes=len(self.memory.degraded),
         )
 

@@ -19,10 +19,7 @@ from typing import Any
 
 from gpu_binder.api.kinds import resource_of
 from gpu_binder.api.types import GPUBindRequest
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.ledgertotals import LedgerTotals
-from gpu_binder.binder.metrics import Metrics
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, Config, LedgerTotals, Metrics, Reconciler
 from gpu_binder.cache import SELECTORS, WATCHED, World, feed, namespace_of
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.cache import Informer, Informers

@@ -12,9 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.events import Recorder
-from gpu_binder.binder.reconciler import Reconciler
+from gpu_binder.binder import Config, Reconciler, Recorder
 from gpu_binder.cache import World, feed, listed
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient

@@ -15,10 +15,7 @@ from typing import Any
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUBindRequest, GPUDevice
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.events import ClientRecorder
-from gpu_binder.binder.plan import Note
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, ClientRecorder, Config, Note
 from gpu_binder.cache import World
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent

@@ -49,7 +49,7 @@ from gpu_binder.api.meta import controller_or_first
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.slots import device_slot, is_slot
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
