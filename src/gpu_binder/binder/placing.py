@@ -1,6 +1,6 @@
 """Placing an order on the world: its options, the nodes that fit them, the class policy.
 
-This is the binder's one road to `gpu_binder.placement` (ops.place calls it): every step
+This is the binder's one road to `gpu_binder.placement` (`place` below): every step
 that binds — orders, requests, moves, rebinds, defragmentation — and the replay, which
 measures exactly this.
 
