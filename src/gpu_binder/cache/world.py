@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
+from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import (
     STARTED_PHASES,
@@ -22,7 +22,6 @@ from gpu_binder.api.kubevirt import (
 )
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
-    OPEN_RECORDS,
     USAGE_FINALIZER,
     GPUBindRequest,
     GPUClass,
@@ -178,8 +177,8 @@ class World(Orders):
             if self.on_request is not None:
                 self.on_request(obj, deleted)
         elif isinstance(obj, GPUUsageRecord):
-            # Only open records are cached (SELECTORS): a closed one, by an event or by the
-            # response of the write that closed it, leaves the cache.
+            # Only open records are cached (watched.SELECTORS): a closed one, by an event or
+            # by the response of the write that closed it, leaves the cache.
             deleted = deleted or not watched_record(obj)
             if is_copy(obj):
                 self._apply_copy(obj, deleted)
@@ -487,43 +486,6 @@ def demands_of(
         if c not in named:
             out.append(Demand(n, cpu_milli, memory_bytes, frozenset((c,))))
     return tuple(out)
-
-
-# Every kind the binder's world caches, in the order a fresh binder lists them: classes and
-# nodes before the devices classified by them. KubeVirt's CR only for the settings step;
-# ResourceQuotas for the GPU quotas (binder.quota).
-WATCHED: tuple[type[Any], ...] = (
-    GPUClass,
-    Node,
-    GPUDevice,
-    VirtualMachine,
-    VirtualMachineInstance,
-    GPUBindRequest,
-    GPUUsageRecord,
-    KubeVirt,
-    ControllerRevision,
-    ResourceQuota,
-)
-
-# The label selector a kind in WATCHED is listed and watched with: only open usage records,
-# only the revisions of instancetypes.
-SELECTORS: dict[type[Any], str] = {
-    GPUUsageRecord: OPEN_RECORDS,
-    ControllerRevision: INSTANCETYPE_REVISIONS,
-}
-
-
-def selected(event: WatchEvent[Any]) -> WatchEvent[Any]:
-    """An event as a watch with SELECTORS shows it: a usage record that is not (any more)
-    selected arrives as DELETED, as the API server sends it. For feeds of every object."""
-    obj = event.object
-    if event.type == "DELETED":
-        return event
-    if (isinstance(obj, GPUUsageRecord) and not watched_record(obj)) or (
-        isinstance(obj, ControllerRevision) and not obj.is_instancetype
-    ):
-        return WatchEvent("DELETED", obj)
-    return event
 
 
 def _age(cls: GPUClass) -> tuple[datetime, str]:

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.ledger import of_ledger
+from gpu_binder.binder import Config, of_ledger
 from gpu_binder.replay.order import Order, orders_from_pods
 from gpu_binder.replay.trace import Node, TraceError, load_nodes, load_pods
 from gpu_binder.sim.chaos import FAULT_ODDS, Workload, build, fault, step

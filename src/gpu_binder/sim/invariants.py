@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpu_binder.agent.slots import slot_resource
 from gpu_binder.api.kinds import Event
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.meta import utc
+from gpu_binder.api.slots import format_slot
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     USAGE_FINALIZER,
@@ -457,7 +457,7 @@ class InvariantChecker:
 
 
 def _slot(d: GPUDevice) -> str:
-    return slot_resource(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
+    return format_slot(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
 
 
 async def quiet_pass(client: MemoryClient, run_pass: Callable[[], Awaitable[object]]) -> list[str]:

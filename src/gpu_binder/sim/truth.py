@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpu_binder.agent.slots import slot_resource
 from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.slots import format_slot
 from gpu_binder.api.types import GPUClass, GPUDevice, RecordKind
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
@@ -202,4 +202,4 @@ class GroundTruth:
 
 
 def _slot(d: GPUDevice) -> str:
-    return slot_resource(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
+    return format_slot(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
