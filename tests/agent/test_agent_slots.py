@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_binder.agent.slots import assign_slots, pci_resource_env, slot_resource
+from gpu_binder.agent.slots import assign_slots, pci_resource_env
 
 A, B, C, D = "0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"
 
@@ -26,10 +26,6 @@ def test_a_vanished_gpus_object_still_holds_its_slot() -> None:
 
 def test_a_slot_claimed_twice_stays_with_the_lower_address() -> None:
     assert assign_slots([A, B], {A: 0, B: 0}) == {A: 0, B: 1}
-
-
-def test_the_slot_resource_is_vendor_device_and_slot() -> None:
-    assert slot_resource("0x10de", "0x2330", 3) == "gpu.cozystack.io/10de-2330-s3"
 
 
 def test_the_pci_variable_is_named_as_kubevirt_names_it() -> None:

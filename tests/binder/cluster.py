@@ -16,6 +16,7 @@ from typing import Any
 from gpu_binder.api.instancetype import ControllerRevision, instancetype_revision_object
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.meta import ObjectMeta, OwnerReference
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     NODE_ANNOTATION,
@@ -37,14 +38,12 @@ from gpu_binder.api.types import (
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.plan import Note
 from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler, Result
-from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.cache import World
 from gpu_binder.cache.vmiorder import vm_entries
-from gpu_binder.cache.world import SELECTORS, WATCHED, World, selected
-from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import builders
+from gpu_binder.sim.binderhost import BinderHost
 from gpu_binder.sim.builders import owner_reference
 from gpu_binder.sim.memory import MemoryClient
-from gpu_binder.sim.selectors import selector_matches
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMESPACE = "tenant"
@@ -85,33 +84,27 @@ def gpu_name(node: str, slot: int) -> str:
 class Cluster:
     config: Config = field(default_factory=Config)
     clock: Clock = field(default_factory=Clock)
+    host: BinderHost = field(init=False)
     client: MemoryClient = field(init=False)
-    world: World = field(init=False)
     binder: Reconciler = field(init=False)
     # Device ids of the classes made so far, so nodes know what their agent reports.
     device_ids: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.client = MemoryClient(clock=self.clock)
-        self.world = World(clock=self.clock)
-        self._lagging: list[WatchEvent[Any]] | None = None
-        self._unsubscribe = self.client.subscribe(self._feed)
-        self.binder = Reconciler(self.client, self.world, self.config, clock=self.clock)
+        self.host = BinderHost(self.clock, self.config)
+        self.client = self.host.client
+        self.binder = self.host.reconciler()
 
-    def _feed(self, _kind: type[Any], event: WatchEvent[Any]) -> None:
-        if self._lagging is not None:
-            self._lagging.append(event)
-        else:
-            self.world.apply(selected(event))
+    @property
+    def world(self) -> World:
+        return self.host.world
 
     def lag(self) -> None:
         """The binder's informers fall behind: events queue up until catch_up()."""
-        self._lagging = []
+        self.host.lag()
 
     def catch_up(self) -> None:
-        events, self._lagging = self._lagging or [], None
-        for event in events:
-            self.world.apply(selected(event))
+        self.host.catch_up()
 
     # --- the admin ----------------------------------------------------------------------
 
@@ -173,7 +166,7 @@ class Cluster:
         allocatable = dict(existing.allocatable) if existing is not None else {}
         served_slots = set(served) if served is not None else set(slots)
         for d_name, slot in zip(names, slots, strict=True):
-            res = slot_resource(self.device(d_name))
+            res = device_slot(self.device(d_name))
             if slot in served_slots:
                 allocatable[res] = 1
             else:
@@ -245,7 +238,7 @@ class Cluster:
         for d_name in self.world.devices.names_on(name):
             d = self.device(d_name)
             if d.spec.slot in keep:
-                allocatable[slot_resource(d)] = 1
+                allocatable[device_slot(d)] = 1
         self._put_node(
             name,
             ready=n.ready,
@@ -463,7 +456,7 @@ class Cluster:
         if names:
             # As the webhook rewrote them: one slot resource per admitted device.
             slots = [
-                {"name": f"gpu{i}", "deviceName": slot_resource(self.device(n))}
+                {"name": f"gpu{i}", "deviceName": device_slot(self.device(n))}
                 for i, n in enumerate(names)
             ]
             template = {**template, "domain": {"devices": {"gpus": slots}}}
@@ -548,16 +541,9 @@ class Cluster:
 
     def restart(self, config: Config | None = None) -> None:
         """A new binder process: a fresh World listed from the API, empty memory."""
-        self._unsubscribe()
-        self.world = World(clock=self.clock)
-        for kind in WATCHED:
-            selector = SELECTORS.get(kind, "")
-            for obj in self.client.objects(kind):
-                if selector_matches(selector, obj.metadata.labels):
-                    self.world.apply(WatchEvent("ADDED", obj))
-        self._unsubscribe = self.client.subscribe(self._feed)
         self.config = config or self.config
-        self.binder = Reconciler(self.client, self.world, self.config, clock=self.clock)
+        self.host.restart(self.config)
+        self.binder = self.host.reconciler()
 
     # --- reading the outcome -----------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import BindReason, Phase
+from gpu_binder.binder.steps.attachments import AttachmentsMemory
 
 from .cluster import NAMESPACE, Cluster
 
@@ -224,7 +225,7 @@ async def test_a_standalone_set_whose_vmi_never_came_is_released_within_seconds(
 async def test_a_refused_adoption_is_forgotten_when_its_vmi_ends(cluster: Cluster) -> None:
     await unmanaged(cluster, node_b_gpus=1)
     await cluster.settle_after(seconds=30)
-    memory = cluster.binder.memory
+    memory = cluster.binder.memory.of(AttachmentsMemory)
     assert memory.unmanaged_since and cluster.events_of("vm", "GPUUnmanaged")
     cluster.finish("vm")
     await cluster.settle()

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from gpu_binder.api.types import GPUUsageRecord
 from gpu_binder.binder.ledgertotals import HOLDBACK, LedgerTotals
 from gpu_binder.binder.metrics import Metrics
-from gpu_binder.cache.world import World, selected
+from gpu_binder.cache import World, feed
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.ledgerfold import fold
 
@@ -93,8 +93,8 @@ async def test_a_new_process_resumes_where_the_ledger_stands(cluster: Cluster) -
 async def test_every_replica_exports_the_same_values(cluster: Cluster, replica: Replica) -> None:
     await a_day(cluster)
     other_world = World()
-    for r in cluster.client.objects(GPUUsageRecord):
-        other_world.apply(selected(WatchEvent("ADDED", r)))
+    records = [WatchEvent("ADDED", r) for r in cluster.client.objects(GPUUsageRecord)]
+    feed(other_world, records, cluster.config.kubevirt_namespace)
     for d in cluster.world.devices.by_name.values():
         other_world.put_device(d)
     standby = Replica(cluster, other_world)

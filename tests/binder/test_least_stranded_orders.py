@@ -23,32 +23,27 @@ async def test_a_whole_node_stays_free_for_an_8_gpu_order(cluster: Cluster) -> N
     assert len(cluster.set_of("big-1")) == 8 and len(cluster.set_of("big-2")) == 8
 
 
-async def test_a_small_order_fills_the_gap_no_other_order_could(cluster: Cluster) -> None:
+async def test_with_few_orders_known_it_does_as_first_fit_does(cluster: Cluster) -> None:
     cluster.gpu_class(policy="LeastStranded")
     cluster.node("node-a", 3)
     cluster.node("node-b", 4)
-    # Known orders ask for 2 GPUs: node-a's third GPU would be stranded by a pair, so the
-    # 1-GPU order takes it there, and node-b keeps its two pairs.
+    # node-a's third GPU would be stranded for the two known pairs, but two orders do not
+    # tell node-a from node-b beyond their sampling error: the first node that fits takes
+    # them (placement.choose.hedged; the mix deciding is tests/placement/test_hedged.py).
     for i in range(2):
         cluster.vm(f"pair-{i}", 2, created=T0 - timedelta(hours=2 - i))
     await cluster.settle()
-    assert cluster.node_of("pair-0") == cluster.node_of("pair-1") == "node-b"
-    cluster.vm("one", 1)
-    await cluster.settle()
-    assert cluster.node_of("one") == "node-a"
+    assert cluster.node_of("pair-0") == "node-a"
+    assert cluster.node_of("pair-1") == "node-b"
 
 
-async def test_it_keeps_cpu_for_the_gpus_a_node_has_left(cluster: Cluster) -> None:
+async def test_a_node_that_lacks_the_cpu_is_passed_over(cluster: Cluster) -> None:
     cluster.gpu_class(policy="LeastStranded")
     cluster.node("node-a", 4)
     cluster.node("node-b", 4)
-    node_resources(cluster, "node-a", "16", "256Gi")
+    node_resources(cluster, "node-a", "8", "256Gi")
     node_resources(cluster, "node-b", "64", "256Gi")
-    for i in range(3):
-        cluster.vm(f"known-{i}", 1, created=T0 - timedelta(hours=3))
-        vm_requests(cluster, f"known-{i}", "8", "8Gi")
-    cluster.vm("hungry", 1, running=True, created=T0 - timedelta(hours=4))
+    cluster.vm("hungry", 1, running=True)
     vm_requests(cluster, "hungry", "12", "8Gi")
     await cluster.settle()
-    # On node-a the hungry VM would leave 3 GPUs with 4 cores: no known order fits there.
     assert cluster.node_of("hungry") == "node-b"

@@ -222,9 +222,9 @@ async def test_a_deleted_unplaceable_vm_leaves_nothing_in_the_binders_memory(
     cluster.vm("big", 4)
     await cluster.settle()
     memory = cluster.binder.memory
-    assert "tenant/big" in memory.unplaceable and cluster.events_of("big", "GPUUnplaceable")
+    assert "tenant/big" in memory.waiting.unplaceable and cluster.events_of("big", "GPUUnplaceable")
     await cluster.delete_vm("big")
     await cluster.settle()
-    assert "tenant/big" not in memory.unplaceable
+    assert "tenant/big" not in memory.waiting.unplaceable
     assert not [k for k in memory.said if "tenant/big" in k]
     assert "tenant/big" not in memory.verdicts("orders")

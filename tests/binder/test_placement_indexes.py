@@ -25,8 +25,9 @@ from gpu_binder.api.types import (
     Phase,
     device_name,
 )
+from gpu_binder.cache import World
 from gpu_binder.cache.deviceindex import is_free
-from gpu_binder.cache.world import World, demands_of
+from gpu_binder.cache.world import demands_of
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.placement import UNLIMITED
 

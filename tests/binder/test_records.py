@@ -425,3 +425,30 @@ async def test_an_attachment_after_the_device_was_written_anew_begins_after_the_
     by_vm = {r.spec.vm: r for r in cluster.records()}
     assert by_vm["a"].spec.end == finished
     assert by_vm["b"].spec.start == finished and by_vm["b"].spec.end is None
+
+
+async def test_a_vmi_stamped_scheduled_by_a_clock_behind_is_billed_from_when_it_started(
+    cluster: Cluster,
+) -> None:
+    # virt-controller's clock 9 minutes behind the binder's: the VMI, seen Scheduling
+    # until now, says it was Scheduled 9 minutes ago. Its GPUs are billed Attached from
+    # now, when the binder saw it start, and Reserved until then (was: Attached from the
+    # stamp, Reserved 9 minutes short; the sim's invariant 12 under skewed clocks).
+    cluster.node("node-a")
+    cluster.vm("vm", 1, running=True)
+    await cluster.settle()
+    bound = cluster.clock.now
+    first = cluster.start("vm", phase="Scheduling")
+    raw = first.to_dict()
+    raw["status"] = {"phase": "Scheduling"}  # its launcher pod has no node yet
+    cluster.client.put(VirtualMachineInstance.from_dict(raw))
+    await cluster.settle()
+    assert cluster.records() == []
+    started = cluster.clock.advance(minutes=10)
+    vmi = cluster.start("vm", scheduled=started - timedelta(minutes=9))
+    assert vmi.metadata.uid == first.metadata.uid
+    await cluster.settle()
+    [attached] = cluster.records()
+    [reserved] = cluster.reserved()
+    assert attached.spec.start == started
+    assert (reserved.spec.start, reserved.spec.end) == (bound, started)

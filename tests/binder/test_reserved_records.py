@@ -202,3 +202,25 @@ async def test_a_gpu_rebound_in_one_pass_closes_the_old_reservation_before_openi
 
 def spans_by_vm(records: list[GPUUsageRecord]) -> list[GPUUsageRecord]:
     return sorted(records, key=lambda r: r.spec.vm)
+
+
+async def test_a_vm_stopped_and_deleted_while_no_binder_ran_is_reserved_until_its_release(
+    cluster: Cluster,
+) -> None:
+    # Its VMI finished, then the VM was deleted, and the binder came back: in one pass it
+    # detached the GPU at the finish and released it. It was bound with no VMI on it from
+    # the finish to the release, and that interval had no record (was: the Reserved step
+    # ran after the release, when the GPU was bound to no one; the sim's invariant 12).
+    await stopped(cluster)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    await cluster.delete_vm("vm")
+    released = cluster.clock.advance(minutes=5)
+    cluster.restart()
+    await cluster.settle()
+    assert cluster.set_of("vm") == []
+    reservations = [(r.spec.start, r.spec.end) for r in cluster.reserved()]
+    assert (finished, released) in reservations

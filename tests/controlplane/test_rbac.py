@@ -176,19 +176,19 @@ RBAC = DEPLOY / "binder" / "rbac.yaml"
 USES: dict[tuple[str, str, str], str] = {
     **{
         (GROUP, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of cache.world.WATCHED"
+        "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
         for kind in ("gpuclasses", "gpudevices", "gpubindrequests", "gpuusagerecords")
         for verb in ("list", "watch")
     },
     **{
         ("kubevirt.io", kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of cache.world.WATCHED"
+        "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
         for kind in ("virtualmachines", "virtualmachineinstances", "kubevirts")
         for verb in ("list", "watch")
     },
     **{
         (group, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
-        "Informer._watch_until_resync (watch), of cache.world.WATCHED"
+        "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
         for group, kind in (("", "nodes"), ("", "resourcequotas"), ("apps", "controllerrevisions"))
         for verb in ("list", "watch")
     },
@@ -197,11 +197,11 @@ USES: dict[tuple[str, str, str], str] = {
     "names, unless this leader's own write of them is what its world holds)",
     (GROUP, "gpubindrequests", "get"): "gpu_binder.webhook.bindrequest:wait_for_answer "
     "(its request, when the watch ends)",
-    (GROUP, "gpuusagerecords", "get"): "gpu_binder.binder.reconciler:Reconciler._write "
-    "(create answered AlreadyExists: a closed record is not cached)",
-    (GROUP, "gpudevices", "patch"): "gpu_binder.binder.reconciler:Reconciler._finalizers "
+    (GROUP, "gpuusagerecords", "get"): "gpu_binder.binder.writer:Writer.make "
+    "(Create answered AlreadyExists: a closed record is not cached)",
+    (GROUP, "gpudevices", "patch"): "gpu_binder.binder.writer:Writer._finalizers "
     "(the device finalizer, binder.steps.devices.finalizers and release.release_deleted)",
-    (GROUP, "gpudevices/status", "update"): "gpu_binder.binder.reconciler:Reconciler._write "
+    (GROUP, "gpudevices/status", "update"): "gpu_binder.binder.writer:Writer.make "
     "(placement and phases, the steps' device_status)",
     (GROUP, "gpuclasses/status", "update"): "gpu_binder.binder.steps.status:class_status",
     (GROUP, "gpubindrequests/status", "update"): "gpu_binder.binder.steps.requests:bind_requests",
@@ -215,13 +215,13 @@ USES: dict[tuple[str, str, str], str] = {
     "(close), gpu_binder.binder.ledgerwrites:write_copy, "
     "gpu_binder.binder.reconciler:Reconciler._label_unlabelled_records (the ledger's move)",
     ("kubevirt.io", "virtualmachineinstances", "get"): "gpu_binder.webhook.pods:PodPinner.admit",
-    ("kubevirt.io", "virtualmachineinstances", "patch"): "gpu_binder.binder.reconciler:"
-    "Reconciler._finalizers (the usage finalizer, binder.steps.records.usage_finalizers)",
-    ("kubevirt.io", "virtualmachines", "patch"): "gpu_binder.binder.reconciler:"
-    "Reconciler._write (the devices annotation, binder.steps.tenantview.vm_annotations)",
+    ("kubevirt.io", "virtualmachineinstances", "patch"): "gpu_binder.binder.writer:"
+    "Writer._finalizers (the usage finalizer, binder.steps.records.usage_finalizers)",
+    ("kubevirt.io", "virtualmachines", "patch"): "gpu_binder.binder.writer:"
+    "Writer.make (the devices annotation, binder.steps.tenantview.vm_annotations)",
     ("kubevirt.io", "kubevirts", "patch"): "gpu_binder.kube.client:KubeClient.apply "
     "(binder.steps.settings.settings: permittedHostDevices)",
-    ("", "nodes/status", "patch"): "gpu_binder.binder.reconciler:Reconciler._node_condition",
+    ("", "nodes/status", "patch"): "gpu_binder.binder.writer:Writer.make (NodeCondition)",
     ("events.k8s.io", "events", "create"): "gpu_binder.binder.events:ClientRecorder.record",
     ("authentication.k8s.io", "tokenreviews", "create"): "gpu_binder.kube.metricsauth:"
     "TokenAuthorizer._review (who scrapes /metrics)",

@@ -31,7 +31,7 @@ from nodeagent import install
 from realcluster import DEPLOY, put, uid
 from test_helm_chart import by_key, render
 
-from gpu_binder.agent.slots import slot_resource
+from gpu_binder.api.slots import format_slot
 from gpu_binder.envtest import ControlPlane, User
 
 pytestmark = pytest.mark.controlplane
@@ -47,7 +47,7 @@ WHY = (
     "gpu.cozystack.io/* resources are handed out by gpu-binder through KubeVirt; only "
     f"KubeVirt's virt-controller ({CONTROLLER_USER}) may create pods that request them"
 )
-SLOT = slot_resource("0x10de", "0x2330", 3)  # gpu.cozystack.io/10de-2330-s3
+SLOT = format_slot("0x10de", "0x2330", 3)  # gpu.cozystack.io/10de-2330-s3
 POD_RIGHTS = {
     "apiGroups": [""],
     "resources": ["pods", "pods/resize"],

@@ -128,7 +128,7 @@ def test_every_metric_the_docs_name_is_exported() -> None:
     from gpu_binder.api.quota import ResourceQuota
     from gpu_binder.api.types import GPUClass
     from gpu_binder.binder.ledgertotals import LedgerTotals
-    from gpu_binder.cache.world import World
+    from gpu_binder.cache import World
     from gpu_binder.client.interface import WatchEvent
     from gpu_binder.sim.builders import gpu_class
 

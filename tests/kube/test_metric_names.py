@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.metrics import Metrics, version
-from gpu_binder.cache.world import World
+from gpu_binder.cache import World
 from gpu_binder.kube.metrics import RunMetrics
 
 PREFIX = "gpu_binder_"

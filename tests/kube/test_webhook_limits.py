@@ -15,7 +15,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpu_binder.cache.world import World
+from gpu_binder.cache import World
 from gpu_binder.envtest import CertificateAuthority, free_port
 from gpu_binder.kube.metrics import RunMetrics
 from gpu_binder.kube.serving import Limits, Parser

@@ -14,7 +14,7 @@ import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
-from gpu_binder.cache.world import World
+from gpu_binder.cache import World
 from gpu_binder.envtest import CertificateAuthority, free_port
 from gpu_binder.kube.metrics import RunMetrics
 from gpu_binder.kube.webhookserver import NOT_READY, CertificateFiles, WebhookServer

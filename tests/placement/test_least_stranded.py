@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_binder.placement import Candidate, Demand, Mix, Outlook, least_stranded, rank
+from gpu_binder.placement import Candidate, Demand, Fit, Mix, Outlook, least_stranded, rank
 
 A = frozenset({"a"})
 
@@ -87,3 +87,16 @@ def test_breaking_a_whole_node_costs_its_gpus_times_its_whole_node_risk() -> Non
     [partial] = rank({"a": 1}, [Candidate("m", {"a": 7})], least_stranded, outlook)
     assert least_stranded(whole, outlook) == least_stranded(whole, plain) - 8 * 0.25
     assert least_stranded(partial, outlook) == least_stranded(partial, plain)
+
+
+def test_a_node_no_claiming_order_fits_pays_no_pressure() -> None:
+    # Only 4-GPU orders claim a (1-GPU orders fit b as well): a's 1-GPU node is no use
+    # to them, a node with 4 free is.
+    mix = mix_of(Demand(4, 0, 0, A), Demand(1, 0, 0, frozenset({"a", "b"})))
+    mix.set_shapes({"a": frozenset({(1, 8, 8), (8, 8, 8)}), "b": frozenset({(8, 8, 8)})})
+    outlook = Outlook(mix, {"a": 0.5}, {"a": 8})
+    unclaimed = Outlook(mix, {}, {"a": 8})
+    small = Fit("s", 0, 1, "a", 8, 8)
+    big = Fit("b", 3, 4, "a", 8, 8)
+    assert least_stranded(small, outlook) == least_stranded(small, unclaimed)
+    assert least_stranded(big, outlook) == least_stranded(big, unclaimed) - 0.5

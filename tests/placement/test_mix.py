@@ -81,6 +81,16 @@ def test_a_class_every_restricted_order_of_another_accepts_is_never_cheaper() ->
         assert pressure["a"] >= pressure["b"] > 0.0
 
 
+def test_a_free_state_serves_claims_only_if_a_restricted_order_fits_it() -> None:
+    m = mix_of(Demand(4, 0, 0, A), Demand(1, 0, 0, AB))
+    m.set_shapes({"a": frozenset({(1, 8, 8), (8, 8, 8)}), "b": frozenset({(8, 8, 8)})})
+    # Only the 4-GPU orders are restricted (to a); the 1-GPU ones fit every class.
+    assert m.serves_claims("a", 8, 8, 8)
+    assert not m.serves_claims("a", 1, 8, 8)
+    m.add(Demand(1, 0, 0, A))
+    assert m.serves_claims("a", 1, 8, 8)
+
+
 def test_orders_that_go_leave_the_mix() -> None:
     d = Demand(1, 0, 0, A)
     m = mix_of(d, d)

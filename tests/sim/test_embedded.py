@@ -11,10 +11,10 @@ from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, Phase
 from gpu_binder.binder.events import ClientRecorder
 from gpu_binder.binder.ledger import of_ledger
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.cache.world import World
+from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY
 from gpu_binder.sim.admission import call_webhook
 from gpu_binder.sim.agent import AgentFleet
+from gpu_binder.sim.binderhost import BinderHost
 from gpu_binder.sim.builders import vm_object, vmi_object
 from gpu_binder.sim.catalog import H100, L40S, gpu_class
 from gpu_binder.sim.clock import VirtualClock
@@ -31,9 +31,9 @@ RESOURCE = "nvidia.com/H100"
 class Embedded:
     def __init__(self, store: MemoryClient, clock: VirtualClock) -> None:
         self.store, self.clock = store, clock
-        self.world = World()
-        store.subscribe(lambda kind, event: self.world.apply(event))
-        self.binder = Reconciler(store, self.world, clock=clock.now, recorder=ClientRecorder(store))
+        self.host = BinderHost(clock.now, client=store)
+        self.world = self.host.world
+        self.binder = self.host.reconciler(ClientRecorder(store))
         self.admitter = Admitter(self.world, store, clock=clock.now)
         self.fleet = AgentFleet(store, clock.now)
         self.kubevirt = KubeVirtSim(store, clock.now, self.admit)

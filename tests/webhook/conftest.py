@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from webhook_cluster import Cluster
+
+from .webhook_cluster import Cluster
 
 
 @pytest.fixture

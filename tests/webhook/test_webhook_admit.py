@@ -7,16 +7,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from webhook_cluster import H100, L40S, NS, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import VirtualMachine
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import USAGE_FINALIZER, GPUBindRequest, GPUDevice, RequestPhase
 from gpu_binder.binder.reconciler import REQUESTS_KEY
-from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter, NeedsRequest, Respond
 from gpu_binder.webhook.review import BadReview
+
+from .webhook_cluster import H100, L40S, NS, Cluster, patched, review, vmi_of
 
 H100_SLOT = "gpu.cozystack.io/10de-2330-s{}"
 NODE = "metadata.name"
@@ -395,7 +396,7 @@ async def test_a_vmi_naming_another_sets_slot_resource_is_denied(cluster: Cluste
     victim = cluster.vm("victim", {"h100": 1})
     theirs = cluster.gpu("node-a", 3, vm=victim)
     thief = cluster.vm("thief", {})
-    gpus = [{"name": "g", "deviceName": slot_resource(theirs)}]
+    gpus = [{"name": "g", "deviceName": device_slot(theirs)}]
     response = await cluster.admitter().admit(
         review(vmi_of(thief, domain={"devices": {"gpus": gpus}}))
     )
@@ -420,10 +421,10 @@ async def test_a_vmi_naming_its_own_slot_resources_is_admitted_on_its_node(
 ) -> None:
     vm = cluster.vm("vm1", {"h100": 1})
     mine = cluster.gpu("node-b", 3, vm=vm)
-    gpus = [{"name": "g", "deviceName": slot_resource(mine)}]
+    gpus = [{"name": "g", "deviceName": device_slot(mine)}]
     vmi = vmi_of(vm, domain={"devices": {"gpus": gpus}})
     out = patched(await cluster.admitter().admit(review(vmi)), vmi)
-    assert device_names(out) == [slot_resource(mine)]
+    assert device_names(out) == [device_slot(mine)]
     assert node_terms(out) == [{"matchFields": [on("node-b")]}]
 
 

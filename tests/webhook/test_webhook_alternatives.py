@@ -3,12 +3,12 @@ of whichever class its set holds, and a bind request carries the alternatives.""
 
 from __future__ import annotations
 
-from test_webhook_admit import admit_with_binder, device_names, node_terms, on
-from webhook_cluster import L40S, Cluster, patched, review, vmi_of
-
 from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import CLASSES_ANNOTATION, GPUDevice
 from gpu_binder.webhook.decision import NeedsRequest
+
+from .test_webhook_admit import admit_with_binder, device_names, node_terms, on
+from .webhook_cluster import L40S, Cluster, patched, review, vmi_of
 
 A100_SLOT = "gpu.cozystack.io/10de-20b5-s{}"
 

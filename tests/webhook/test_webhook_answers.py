@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from webhook_cluster import Cluster, patched, review, vmi_of
-
 from gpu_binder.api.types import GPUBindRequest
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import REQUESTS_KEY
 from gpu_binder.webhook.answers import Answers
 from gpu_binder.webhook.decision import Admitter
+
+from .webhook_cluster import Cluster, patched, review, vmi_of
 
 
 def waiting_on_the_world(cluster: Cluster) -> tuple[Admitter, list[Any]]:

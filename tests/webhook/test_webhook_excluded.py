@@ -3,9 +3,9 @@ the pinning, never the refusal of another set's slots."""
 
 from __future__ import annotations
 
-from webhook_cluster import NS, Cluster, review, vmi_of
+from gpu_binder.api.slots import device_slot
 
-from gpu_binder.cache.deviceindex import slot_resource
+from .webhook_cluster import NS, Cluster, review, vmi_of
 
 
 async def test_a_vmi_in_an_excluded_namespace_naming_another_sets_slot_is_denied(
@@ -14,11 +14,11 @@ async def test_a_vmi_in_an_excluded_namespace_naming_another_sets_slot_is_denied
     victim = cluster.vm("victim", {"h100": 1})
     theirs = cluster.gpu("node-a", 3, vm=victim)
     thief = cluster.vm("thief", {})
-    gpus = [{"name": "g", "deviceName": slot_resource(theirs)}]
+    gpus = [{"name": "g", "deviceName": device_slot(theirs)}]
     admitter = cluster.admitter(excluded_namespaces=(NS,))
     response = await admitter.admit(review(vmi_of(thief, domain={"devices": {"gpus": gpus}})))
     assert response["response"]["allowed"] is False
-    assert slot_resource(theirs) in response["response"]["status"]["message"]
+    assert device_slot(theirs) in response["response"]["status"]["message"]
     assert await cluster.requests_left() == []
 
 
@@ -49,7 +49,7 @@ async def test_a_vmi_in_an_excluded_namespace_naming_its_own_sets_slots_passes_u
 ) -> None:
     vm = cluster.vm("vm1", {"h100": 1})
     mine = cluster.gpu("node-b", 3, vm=vm)
-    gpus = [{"name": "g", "deviceName": slot_resource(mine)}]
+    gpus = [{"name": "g", "deviceName": device_slot(mine)}]
     admitter = cluster.admitter(excluded_namespaces=(NS,))
     response = await admitter.admit(review(vmi_of(vm, domain={"devices": {"gpus": gpus}})))
     assert response["response"] == {"uid": "review-1", "allowed": True}

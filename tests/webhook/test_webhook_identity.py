@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from webhook_cluster import Cluster, review, vmi_of
 
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.webhook.decision import NeedsRequest
+
+from .webhook_cluster import Cluster, review, vmi_of
 
 
 async def test_a_standalone_vmi_named_like_a_vm_is_denied_and_takes_nothing(

@@ -10,19 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from webhook_cluster import NS, Cluster, patched, review, vmi_of
 
-from gpu_binder.api.kinds import RESOURCES
-from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
-from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
+from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.types import DEVICES_ANNOTATION
 from gpu_binder.binder.config import Config
-from gpu_binder.cache.world import World
+from gpu_binder.cache import World, feed, listed
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.admission import outcome
 from gpu_binder.sim.builders import vm_object
 from gpu_binder.sim.launcher import render_launcher_pod
 from gpu_binder.webhook.pods import PodPinner
 from gpu_binder.webhook.review import BadReview, review_request
+
+from .webhook_cluster import NS, Cluster, patched, review, vmi_of
 
 H100_SLOT = "gpu.cozystack.io/10de-2330-s{}"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -85,10 +85,8 @@ def terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
 def replica(cluster: Cluster) -> World:
     """Another replica's cache, as it is now; it sees no later change (its watch lags)."""
     world = World()
-    for kind in (GPUClass, Node, GPUDevice, VirtualMachine, VirtualMachineInstance):
-        assert kind in RESOURCES
-        for obj in cluster.client.objects(kind):
-            world.apply(WatchEvent("ADDED", obj))
+    namespace = Config().kubevirt_namespace
+    feed(world, listed(cluster.client.objects, namespace), namespace)
     return world
 
 

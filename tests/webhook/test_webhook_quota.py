@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from webhook_cluster import H100, NS, Cluster, review, vmi_of
-
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.binder.reconciler import REQUESTS_KEY
+
+from .webhook_cluster import H100, NS, Cluster, review, vmi_of
 
 
 def quota(cluster: Cluster, gpus: int) -> None:

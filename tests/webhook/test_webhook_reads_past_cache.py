@@ -8,8 +8,6 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from webhook_cluster import NS, T0, Cluster, patched, review, vmi_of
-
 from gpu_binder.api.types import (
     Binding,
     BindReason,
@@ -22,6 +20,8 @@ from gpu_binder.api.types import (
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import REQUESTS_KEY
 from gpu_binder.webhook.decision import Admitter, Respond
+
+from .webhook_cluster import NS, T0, Cluster, patched, review, vmi_of
 
 
 async def test_a_set_only_the_world_holds_goes_the_requests_way(cluster: Cluster) -> None:

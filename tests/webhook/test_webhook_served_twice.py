@@ -3,9 +3,9 @@ the webhook admits none of its VMIs (binder.kubevirtcr)."""
 
 from __future__ import annotations
 
-from webhook_cluster import Cluster, review, vmi_of
-
 from gpu_binder.api.kinds import KubeVirt
+
+from .webhook_cluster import Cluster, review, vmi_of
 
 POOL = {"pciVendorSelector": "10DE:2330", "resourceName": "nvidia.com/H100_POOL"}
 

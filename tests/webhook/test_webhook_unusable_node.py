@@ -11,13 +11,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from webhook_cluster import T0, Cluster, patched, review, vmi_of
 
 from gpu_binder.api.kubevirt import Node, VirtualMachineInstance
 from gpu_binder.api.types import NODE_ANNOTATION
 from gpu_binder.binder.reconciler import REQUESTS_KEY
 from gpu_binder.sim.builders import node_object, vmi_for
 from gpu_binder.webhook.decision import NeedsRequest, Respond
+
+from .webhook_cluster import T0, Cluster, patched, review, vmi_of
 
 H100_SLOT = "gpu.cozystack.io/10de-2330-s{}"
 KEY = "tenant-a/vm1"

@@ -13,10 +13,10 @@ from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import GPUBindRequest, GPUClass, GPUDevice
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import Reconciler
-from gpu_binder.cache.world import World
+from gpu_binder.cache import World
 from gpu_binder.sim.admission import outcome
+from gpu_binder.sim.binderhost import BinderHost
 from gpu_binder.sim.builders import gpu_class, gpu_device, node_object, vm_object, vmi_for
-from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.webhook.decision import Admitter
 from gpu_binder.webhook.review import review_request
 
@@ -33,14 +33,17 @@ CLASSES = {
 
 class Cluster:
     def __init__(self) -> None:
-        self.client = MemoryClient(clock=lambda: T0)
-        self.world = World()
-        self.client.subscribe(lambda kind, ev: self.world.apply(ev))
+        self.host = BinderHost(lambda: T0)
+        self.client = self.host.client
         self.admitters: list[Admitter] = []
         for name, (resource, device_id, pinning) in CLASSES.items():
             self.add_class(name, resource, device_id, pinning=pinning)
         for node in ("node-a", "node-b", "node-c"):
             self.client.put(node_object(node, T0))
+
+    @property
+    def world(self) -> World:
+        return self.host.world
 
     def add_class(self, name: str, resource: str, device_id: str, **spec: Any) -> GPUClass:
         return self.client.put(gpu_class(name, resource, device_id, **spec))
@@ -97,7 +100,7 @@ class Cluster:
         return self.client.objects(GPUBindRequest)
 
     def reconciler(self) -> Reconciler:
-        return Reconciler(self.client, self.world, clock=lambda: T0 + timedelta(seconds=1))
+        return self.host.reconciler(clock=lambda: T0 + timedelta(seconds=1))
 
 
 def vmi_of(vm: VirtualMachine, **spec: Any) -> dict[str, Any]:

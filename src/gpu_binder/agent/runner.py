@@ -30,7 +30,6 @@ from gpu_binder.agent.reset import (
     remembered_failures,
     reset_devices,
 )
-from gpu_binder.agent.slots import slot_resource
 from gpu_binder.agent.sync import (
     SyncReport,
     apply,
@@ -49,6 +48,7 @@ from gpu_binder.agent.vfio import (
     candidates as bind_candidates,
 )
 from gpu_binder.agent.watch import Watched
+from gpu_binder.api.slots import format_slot
 from gpu_binder.api.types import GPUClass, GPUDevice, Health
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import Client
@@ -107,7 +107,7 @@ def slot_devices(
             continue
         out.append(
             SlotDevice(
-                resource=slot_resource(s.vendor_id, s.device_id, s.slot),
+                resource=format_slot(s.vendor_id, s.device_id, s.slot),
                 pci_address=s.pci_address,
                 healthy=s.health == Health.HEALTHY,
                 numa_node=s.numa_node,

@@ -1,4 +1,4 @@
-"""Stable slot numbers per node, and the slot resource each GPU is served under.
+"""Stable slot numbers per node (the name they are served under: api.slots).
 
 A slot lives as long as its GPUDevice: the API is the memory, so an agent restart or a
 rescan gives every GPU the slot it had, and a new GPU takes the lowest free one
@@ -8,8 +8,6 @@ rescan gives every GPU the slot it had, and a new GPU takes the lowest free one
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-
-from gpu_binder.api.types import GROUP
 
 
 def assign_slots(present: Iterable[str], existing: Mapping[str, int | None]) -> dict[str, int]:
@@ -39,11 +37,6 @@ def assign_slots(present: Iterable[str], existing: Mapping[str, int | None]) -> 
         slots[address] = free
         taken.add(free)
     return slots
-
-
-def slot_resource(vendor_id: str, device_id: str, slot: int) -> str:
-    """e.g. gpu.cozystack.io/10de-2330-s3: one resource with capacity 1 per GPU."""
-    return f"{GROUP}/{vendor_id.removeprefix('0x')}-{device_id.removeprefix('0x')}-s{slot}"
 
 
 def pci_resource_env(resource: str) -> str:

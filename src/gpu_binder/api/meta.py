@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+_Owner = TypeVar("_Owner")
 
 
 class Model(BaseModel):
@@ -48,10 +51,15 @@ class ObjectMeta(Model):
     def owner(self, kind: str) -> OwnerReference | None:
         """The controller owner of this kind, or the first owner of it."""
         owners = [o for o in self.owner_references if o.kind == kind]
-        for o in owners:
-            if o.controller:
-                return o
-        return owners[0] if owners else None
+        return controller_or_first(owners, lambda o: bool(o.controller))
+
+
+def controller_or_first(
+    owners: Sequence[_Owner], is_controller: Callable[[_Owner], bool]
+) -> _Owner | None:
+    """The owner among these that is the controller, else the first; None when none is.
+    For typed references and for the raw ones of an admission review alike."""
+    return next((o for o in owners if is_controller(o)), owners[0] if owners else None)
 
 
 # A bound for generations: int64 in the API, but the API server reads schema bounds as

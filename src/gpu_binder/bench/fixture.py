@@ -9,8 +9,9 @@ from typing import Any
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.cache.world import World
+from gpu_binder.cache import World
 from gpu_binder.sim import builders
+from gpu_binder.sim.binderhost import BinderHost
 from gpu_binder.sim.memory import MemoryClient
 
 RESOURCE = builders.H100_RESOURCE
@@ -38,10 +39,8 @@ class Fixture:
 
 def new_fixture(seed: int = 0) -> Fixture:
     clock = Clock()
-    client = MemoryClient(clock=clock, seed=seed)
-    world = World()
-    client.subscribe(lambda _kind, ev: world.apply(ev))
-    return Fixture(client, world, clock)
+    host = BinderHost(clock, seed=seed)
+    return Fixture(host.client, host.world, clock)
 
 
 def gpu_class(

@@ -17,9 +17,8 @@ from typing import Any
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import ClassCount, GPUBindRequest, GPUBindRequestSpec, NameRef, VMRef
 from gpu_binder.bench import fixture as fx
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.cache.world import WATCHED, World
-from gpu_binder.client.interface import WatchEvent
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, Config, Reconciler
+from gpu_binder.cache import World, feed, listed
 
 
 class Samples:
@@ -179,12 +178,11 @@ async def _restart(f: fx.Fixture, repeat: int) -> dict[str, Any]:
     relists = Samples()
     firsts = Samples()
     writes = 0
+    namespace = Config().kubevirt_namespace
     for _ in range(repeat):
         with relists.timed():
             world = World()
-            for kind in WATCHED:
-                for obj in f.client.objects(kind):
-                    world.apply(WatchEvent("ADDED", obj))
+            feed(world, listed(f.client.objects, namespace), namespace)
         leader = Reconciler(f.client, world, clock=f.clock)
         before = f.client.writes
         with firsts.timed():

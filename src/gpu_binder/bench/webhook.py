@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.reconciler import PASS_KEY
+from gpu_binder.binder import PASS_KEY, Config
 from gpu_binder.devcluster import fleet
 from gpu_binder.envtest import ControlPlane, free_port
 from gpu_binder.kube import KubeClient, connect

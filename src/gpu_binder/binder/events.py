@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
 from gpu_binder.api.kinds import Event
 from gpu_binder.api.meta import ObjectMeta
-from gpu_binder.binder.plan import Note
+from gpu_binder.binder.plan import Decision, Note
 from gpu_binder.client.interface import Client
 
 API_VERSIONS = {
@@ -24,33 +23,29 @@ API_VERSIONS = {
 }
 
 
-_DECISION = re.compile(r"^(bound|released) (\S+?)( on \S+)?: (.*)$")
-
-
 def merge(notes: list[Note]) -> list[Note]:
     """One Event per decision: the devices of one bind or release named together."""
     groups: dict[tuple[object, ...], list[str]] = {}
-    firsts: dict[tuple[object, ...], Note] = {}
+    firsts: dict[tuple[object, ...], tuple[Note, Decision]] = {}
     order: list[tuple[object, ...] | int] = []
     for i, n in enumerate(notes):
-        m = _DECISION.match(n.message)
-        if m is None:
+        d = n.decision
+        if d is None:
             order.append(i)
             continue
-        key = (n.kind, n.namespace, n.name, n.reason, n.type, m[1], m[3] or "", m[4])
+        key = (n.kind, n.namespace, n.name, n.reason, n.type, d.verb, d.node, d.why)
         if key not in groups:
             groups[key] = []
-            firsts[key] = n
+            firsts[key] = (n, d)
             order.append(key)
-        groups[key].append(m[2])
+        groups[key].extend(d.devices)
     out: list[Note] = []
     for k in order:
         if isinstance(k, int):
             out.append(notes[k])
             continue
-        names, first = groups[k], firsts[k]
-        what = names[0] if len(names) == 1 else f"{len(names)} GPUs ({', '.join(names)})"
-        out.append(replace(first, message=f"{k[5]} {what}{k[6]}: {k[7]}"))
+        first, decision = firsts[k]
+        out.append(replace(first, decision=replace(decision, devices=tuple(groups[k]))))
     return out
 
 

@@ -15,12 +15,12 @@ to read through; a finalizer holding a namespace's records until the binder had 
 them would hang every namespace deletion once gpu-binder is uninstalled.
 
 A step stages the record's write and its copy's (`stage`); the reconciler makes them, a
-copy with the verb "copy", which a namespace that is gone or going refuses harmlessly.
+copy as a WriteCopy, which a namespace that is gone or going refuses harmlessly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from gpu_binder.api.meta import ObjectMeta
@@ -38,9 +38,11 @@ from gpu_binder.api.types import (
     is_copy,
     reserved_record_name,
     usage_record_name,
+    watched_record,
 )
 from gpu_binder.binder.intervals import Reservation
-from gpu_binder.binder.plan import Plan, Verb
+from gpu_binder.binder.plan import Plan
+from gpu_binder.binder.writes import Create, Update, WriteCopy
 
 RECORD_LABEL_VM = "gpu.cozystack.io/vm"
 
@@ -134,15 +136,27 @@ def same(a: GPUUsageRecord, b: GPUUsageRecord) -> bool:
     )
 
 
-def stage(
-    plan: Plan, verb: Verb, rec: GPUUsageRecord, ledger: str, copy: GPUUsageRecord | None
-) -> None:
+def stage(plan: Plan, op: Create | Update, ledger: str, copy: GPUUsageRecord | None) -> None:
     """Stage a record's write, then its copy's (after it: a copy never says more than the
     ledger)."""
-    plan.write(verb, rec)
-    new = copy_of(rec, ledger, copy)
+    plan.write(op)
+    new = copy_of(op.obj, ledger, copy)
     if new is not None:
-        plan.write("copy", new)
+        plan.write(WriteCopy(new))
+
+
+def remember_closed(
+    closed: dict[tuple[str, str], tuple[str, str]],
+) -> Callable[[GPUUsageRecord], None]:
+    """What to do with a record the API server holds already, or opened closed: closed
+    records are not cached, so one found closed is remembered by (device, kind), and its
+    interval is never opened again (steps.records, steps.reserved)."""
+
+    def found(rec: GPUUsageRecord) -> None:
+        if not watched_record(rec):
+            closed[(rec.spec.device, rec.spec.kind)] = (rec.metadata.namespace, rec.metadata.name)
+
+    return found
 
 
 def keep_copy(
@@ -157,16 +171,18 @@ def keep_copy(
         return
     new = copy_of(rec, ledger, copy)
     if new is not None:
-        plan.write("copy", new)
+        plan.write(WriteCopy(new))
 
 
-def migration(legacy: Iterable[GPUUsageRecord], ledger: str) -> list[tuple[Verb, GPUUsageRecord]]:
+def migration(
+    legacy: Iterable[GPUUsageRecord], ledger: str, on_exists: Callable[[GPUUsageRecord], None]
+) -> list[Create | Update]:
     """The writes that move records from before the ledger (in their tenant's namespace,
     without the namespace label) into it: each gets its record in the ledger, open or
     closed as it is, and becomes the tenant's copy (a label change, which a closed
     record allows). The record first: a crash between the two leaves a legacy record the
     next leader moves again, whose ledger record then exists already."""
-    out: list[tuple[Verb, GPUUsageRecord]] = []
+    out: list[Create | Update] = []
     for old in legacy:
         if RECORD_COPY_LABEL in old.metadata.labels:
             continue
@@ -174,9 +190,9 @@ def migration(legacy: Iterable[GPUUsageRecord], ledger: str) -> list[tuple[Verb,
         labels = {**old.metadata.labels, **labels_of(old.spec), RECORD_NAMESPACE_LABEL: tenant}
         if tenant != ledger:
             spec = old.spec.model_copy(update={"namespace": tenant})
-            out.append(("create", record(ledger, old.metadata.name, spec)))
+            out.append(Create(record(ledger, old.metadata.name, spec), on_exists))
             labels[RECORD_COPY_LABEL] = ledger
         # Labels only: a closed record's spec is immutable (tenant reads it from where it is).
         meta = old.metadata.model_copy(update={"labels": labels})
-        out.append(("update", old.model_copy(update={"metadata": meta})))
+        out.append(Update(old.model_copy(update={"metadata": meta})))
     return out

@@ -1,5 +1,5 @@
 """The reconciler's writes of the ledger (binder.ledger) that need more than one request:
-the I/O behind the verbs "open" (a Reserved record and its copy), "copy" and "sync-copy".
+the I/O behind OpenRecord (a Reserved record and its copy), WriteCopy and SyncCopy.
 
 A copy is the tenant's view, never the ledger: a namespace that is gone, or going (the
 API server refuses creates in a terminating namespace), takes none, and that is no error

@@ -1,12 +1,13 @@
-"""The decisions every step shares: bind a device, release it, place an order."""
+"""The decisions every step shares: bind a device, release it, move a set whole."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 
 from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
+    NODE_ANNOTATION,
     Binding,
     BindReason,
     GPUDevice,
@@ -15,8 +16,7 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder import placing
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.plan import Note
-from gpu_binder.placement import Candidate, Placement
+from gpu_binder.binder.plan import Decision, Note
 
 
 def order_ref(ctx: Context, key: str) -> ObjectRef:
@@ -40,6 +40,12 @@ def order_meta(ctx: Context, key: str) -> tuple[str, str, str, str]:
 def vm_note(ctx: Context, key: str, reason: str, message: str, warning: bool = False) -> Note:
     kind, ns, name, uid = order_meta(ctx, key)
     return Note(kind, ns, name, uid, reason, message, "Warning" if warning else "Normal")
+
+
+def decision_note(ctx: Context, key: str, reason: str, decision: Decision) -> Note:
+    """The Event on the order of a bind or a release: its facts, rendered when written."""
+    kind, ns, name, uid = order_meta(ctx, key)
+    return Note(kind, ns, name, uid, reason, "", decision=decision)
 
 
 def device_note(d: GPUDevice, reason: str, message: str, warning: bool = False) -> Note:
@@ -86,9 +92,8 @@ def bind(ctx: Context, d: GPUDevice, key: str, reason: BindReason, why: str) -> 
         }
     )
     new = d.model_copy(update={"status": status})
-    note = vm_note(
-        ctx, key, f"GPU{reason.value}", f"bound {d.metadata.name} on {d.spec.node_name}: {why}"
-    )
+    bound = Decision("bound", (d.metadata.name,), d.spec.node_name, why)
+    note = decision_note(ctx, key, f"GPU{reason.value}", bound)
     ctx.plan.device_status(new, note, placement=True)
     return new
 
@@ -109,7 +114,8 @@ def release(ctx: Context, d: GPUDevice, why: str) -> GPUDevice:
     note = None
     if d.status.binding is not None:
         key = d.status.binding.vm.key
-        note = vm_note(ctx, key, "GPUReleased", f"released {d.metadata.name}: {why}")
+        released = Decision("released", (d.metadata.name,), "", why)
+        note = decision_note(ctx, key, "GPUReleased", released)
     ctx.plan.device_status(new, note, placement=True)
     return new
 
@@ -118,30 +124,23 @@ def describe(order: Mapping[str, int]) -> str:
     return ", ".join(f"{n} × {c}" for c, n in sorted(order.items()))
 
 
-def candidates(
-    ctx: Context, order: Mapping[str, int], only: str | None = None, exclude: str | None = None
-) -> list[Candidate]:
-    """Nodes that could take the order: usable, not degraded, holding free devices."""
-    return placing.candidates(ctx, order, only, exclude)
+def relocate(
+    ctx: Context, key: str, order: dict[str, int], devs: list[GPUDevice], node: str, why: str
+) -> str:
+    """Move the set whole off node (to the node its VM asks for, if it does): bind on the
+    target first, then release the old devices. Returns why it cannot, or "".
 
-
-def place(
-    ctx: Context,
-    order: Mapping[str, int],
-    only: str | None = None,
-    exclude: str | None = None,
-    *,
-    key: str | None = None,
-    alternatives: Sequence[str] = (),
-) -> Placement | None:
-    """Where the order goes under its class's policy and topology, or None.
-
-    With `key`, the node must also hold the CPU and memory that order's VM asks for;
-    `alternatives` are classes that may serve it instead (binder.placing).
-    """
-    return placing.place(ctx, order, only, exclude, key=key, alternatives=alternatives)
-
-
-def shortfall(ctx: Context, order: Mapping[str, int], key: str | None = None) -> str:
-    """Why an order does not fit, in words a tenant understands."""
-    return placing.shortfall(ctx, order, key)
+    The moves step moves sets by it, and the requests step a set its VMI could not start
+    beside before answering."""
+    vm = ctx.world.vms.get(key)
+    wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
+    only = wanted if wanted and wanted != node else None
+    placed = placing.place(ctx, order, only=only, exclude=node, key=key)
+    if placed is None:
+        target = f" to {only}" if only else ""
+        return f"{why}, but the set cannot move{target}: {placing.shortfall(ctx, order)}"
+    for d in placed.devices:
+        bind(ctx, d, key, BindReason.MOVE, f"{why}; moved from {node}")
+    for d in devs:
+        release(ctx, d, f"{why}; the set moved to {placed.node}")
+    return ""

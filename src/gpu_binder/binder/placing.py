@@ -1,6 +1,6 @@
 """Placing an order on the world: its options, the nodes that fit them, the class policy.
 
-This is the binder's one road to `gpu_binder.placement` (ops.place calls it): every step
+This is the binder's one road to `gpu_binder.placement` (`place` below): every step
 that binds — orders, requests, moves, rebinds, defragmentation — and the replay, which
 measures exactly this.
 
@@ -33,6 +33,7 @@ from gpu_binder.placement import (
     Ranked,
     first_placement,
     fit,
+    hedged,
     main_class,
     options,
     rank_key,
@@ -137,6 +138,8 @@ def place(
 
     def ranked(group: Sequence[Mapping[str, int]]) -> list[Ranked]:
         entries = [e for o in group for e in _fits(ctx, o, only, exclude, key)]
+        if policy == LEAST_STRANDED:
+            return hedged(entries, score, view)
         entries.sort(key=lambda e: rank_key(e[0], score, view))
         return entries
 

@@ -11,56 +11,65 @@ from datetime import datetime
 from typing import Any, Literal
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, is_copy
+from gpu_binder.binder.writes import Create, OpenRecord, Status, Update, WriteOp, target
 from gpu_binder.cache.world import World
 
-# "finalizers": a JSON merge patch of the object's metadata.finalizers (to those of obj),
-# carrying obj's resourceVersion, for objects the binder does not own (a VMI).
-# "annotations": a JSON merge patch of the one annotation the binder keeps on a VM (the
-# devices it holds, steps/tenantview.py), without a resourceVersion: it only reports.
-# "open": a Reserved usage record created with its copy; "copy": a tenant's copy of a
-# usage record, created or updated; "sync-copy": an open copy written as its record in
-# the ledger says now (binder.ledgerwrites).
-Verb = Literal[
-    "update",
-    "status",
-    "create",
-    "apply",
-    "node_status",
-    "delete",
-    "finalizers",
-    "annotations",
-    "open",
-    "copy",
-    "sync-copy",
-]
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A bind or a release, as facts: what was bound or released, where, and why. The
+    Events of one pass's decisions are merged by these (binder.events.merge), not by
+    reading their words back."""
+
+    verb: Literal["bound", "released"]
+    devices: tuple[str, ...]
+    node: str  # where it was bound; "" for a release
+    why: str
+
+    def render(self) -> str:
+        names = self.devices
+        what = names[0] if len(names) == 1 else f"{len(names)} GPUs ({', '.join(names)})"
+        on = f" on {self.node}" if self.node else ""
+        return f"{self.verb} {what}{on}: {self.why}"
 
 
 @dataclass(frozen=True, slots=True)
 class Note:
-    """An Event to record: a decision and its reason, in words, on an object."""
+    """An Event to record on an object: a decision (its facts) or other words, and why."""
 
     kind: str
     namespace: str
     name: str
     uid: str
     reason: str
-    message: str
+    prose: str  # the words of a note that is no bind or release
     type: Literal["Normal", "Warning"] = "Normal"
+    decision: Decision | None = None
+
+    @property
+    def message(self) -> str:
+        """The Event's note, in words."""
+        return self.decision.render() if self.decision is not None else self.prose
 
 
 @dataclass(slots=True)
 class Write:
-    verb: Verb
-    obj: Any
+    """A staged write (binder.writes) and what the plan keeps beside it."""
+
+    op: WriteOp
     # For device writes: what the world held before this write was staged.
     before: GPUDevice | None = None
     notes: list[Note] = field(default_factory=list)
     placement: bool = False
 
+    @property
+    def obj(self) -> Any:
+        return target(self.op)
+
 
 @dataclass(frozen=True, slots=True)
 class Savepoint:
-    writes: dict[tuple[str, str], tuple[Any, int, bool]]
+    writes: dict[tuple[str, str], tuple[WriteOp, int, bool]]
     notes: int
 
 
@@ -79,33 +88,35 @@ class Plan:
     def device_status(
         self, new: GPUDevice, note: Note | None = None, placement: bool = False
     ) -> None:
-        self._device("status", new, note, placement)
+        self._device(Status(new), note, placement)
 
     def device_update(self, new: GPUDevice) -> None:
-        self._device("update", new, None, False)
+        self._device(Update(new), None, False)
 
-    def _device(self, verb: Verb, new: GPUDevice, note: Note | None, placement: bool) -> None:
+    def _device(self, op: Status | Update, note: Note | None, placement: bool) -> None:
+        new: GPUDevice = op.obj
         key = ("GPUDevice", new.metadata.name)
         current = self.world.devices.get(new.metadata.name)
         w = self.writes.get(key)
         if w is None:
-            w = self.writes[key] = Write(verb, new, before=current)
-        elif w.verb != verb:
-            raise AssertionError(f"{verb} and {w.verb} of one device in one step")
-        w.obj = new
+            w = self.writes[key] = Write(op, before=current)
+        elif type(w.op) is not type(op):
+            raise AssertionError(f"{op.VERB} and {w.op.VERB} of one device in one step")
+        w.op = op
         w.placement = w.placement or placement
         if note is not None:
             w.notes.append(note)
         self.world.staged.add(new.metadata.name)
         self.world.put_device(new)
 
-    def write(self, verb: Verb, obj: Any, note: Note | None = None) -> None:
+    def write(self, op: WriteOp, note: Note | None = None) -> None:
         """A write of another kind: a request's answer or deletion, a record, a class status."""
+        obj = target(op)
         meta = obj.metadata if hasattr(obj, "metadata") else None
-        name = f"{meta.namespace}/{meta.name}" if meta is not None else str(id(obj))
-        key = (type(obj).__name__, name)
-        w = self.writes.setdefault(key, Write(verb, obj))
-        w.obj = obj
+        name = f"{meta.namespace}/{meta.name}" if meta is not None else str(id(op))
+        key = (type(obj if obj is not None else op).__name__, name)
+        w = self.writes.setdefault(key, Write(op))
+        w.op = op
         if note is not None:
             w.notes.append(note)
 
@@ -126,12 +137,12 @@ class Plan:
         for i, w in enumerate(self.writes.values()):
             if isinstance(w.obj, GPUUsageRecord) and is_copy(w.obj):
                 waves[4].append(i)
-            elif isinstance(w.obj, GPUUsageRecord) and w.verb in ("create", "open"):
+            elif isinstance(w.obj, GPUUsageRecord) and isinstance(w.op, Create | OpenRecord):
                 waves[3].append(i)
             elif not isinstance(w.obj, GPUDevice):
                 waves[2].append(i)
             elif (
-                w.verb == "status"
+                isinstance(w.op, Status)
                 and w.obj.status.binding is not None
                 and (w.before is None or w.before.status.binding != w.obj.status.binding)
             ):
@@ -143,7 +154,7 @@ class Plan:
     def savepoint(self) -> Savepoint:
         """Where the plan stands, to take back decisions that turn out to be half of one."""
         return Savepoint(
-            {k: (w.obj, len(w.notes), w.placement) for k, w in self.writes.items()},
+            {k: (w.op, len(w.notes), w.placement) for k, w in self.writes.items()},
             len(self.notes),
         )
 
@@ -160,11 +171,11 @@ class Plan:
                     else:
                         self.world.put_device(w.before)
                 continue
-            obj, notes, placement = kept
-            if w.obj is not obj:
-                w.obj, w.placement = obj, placement
-                if isinstance(obj, GPUDevice):
-                    self.world.put_device(obj)
+            op, notes, placement = kept
+            if w.obj is not target(op):
+                w.op, w.placement = op, placement
+                if isinstance(w.obj, GPUDevice):
+                    self.world.put_device(w.obj)
             del w.notes[notes:]
         del self.notes[sp.notes :]
 

@@ -7,30 +7,24 @@ derived state after an aborted placement follow the reference reconciler (DESIGN
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from gpu_binder.api.kinds import KubeVirt
-from gpu_binder.api.kubevirt import Node
-from gpu_binder.api.meta import Condition
 from gpu_binder.api.types import (
-    DEVICES_ANNOTATION,
     FINALIZER,
     LEGACY_RECORDS,
     GPUBindRequest,
     GPUDevice,
     GPUUsageRecord,
-    watched_record,
 )
-from gpu_binder.binder import ledger, ledgerwrites
+from gpu_binder.binder import ledger
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context, Memory
 from gpu_binder.binder.events import MemoryRecorder, Recorder, merge
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.binder.plan import Note, Plan, Write
+from gpu_binder.binder.queries import largest_free_set
 from gpu_binder.binder.scope import Scope
 from gpu_binder.binder.steps import (
     attachments,
@@ -48,8 +42,10 @@ from gpu_binder.binder.steps import (
     status,
     tenantview,
 )
+from gpu_binder.binder.writer import Writer
+from gpu_binder.binder.writes import Status
 from gpu_binder.cache.world import World
-from gpu_binder.client.errors import AlreadyExists, ApiError, Conflict, NotFound
+from gpu_binder.client.errors import ApiError, Conflict, NotFound
 from gpu_binder.client.interface import Client, WatchEvent
 
 PASS_KEY = "gpu-binder"
@@ -147,7 +143,8 @@ class Reconciler:
             result.requeue_after = self.config.resync
             # A set held for its request's VMI goes when the wait ends (steps.sets, which
             # runs only when enabled).
-            arrival = self.memory.vmi_arrivals.next() if self.config.enabled else None
+            arrivals = self.memory.of(sets.SetsMemory).vmi_arrivals
+            arrival = arrivals.next() if self.config.enabled else None
             if arrival is not None:
                 result.requeue_after = min(
                     result.requeue_after, max(arrival - now, self.config.conflict_retry)
@@ -170,6 +167,11 @@ class Reconciler:
             # Attachments first: a VMI that ended detaches a Lost device, which changes
             # the set the device belongs to.
             await self._run(attachments.attachments, now, result)
+            # A detach begins a Reserved interval that a release or a bind of this very
+            # pass may end (a VM stopped and deleted while no binder ran): its record is
+            # opened now, or the interval would never have one.
+            if not result.aborted:
+                await self._run(reserved.reserved_records, now, result)
             await self._run(sets.sets, now, result)
         if enabled and not result.aborted:
             placement = [requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders]
@@ -215,19 +217,20 @@ class Reconciler:
             result.aborted = True
             return
         ctx = self._context(now)
-        for verb, rec in ledger.migration(listed.items, self.config.ledger_namespace):
-            ctx.plan.write(verb, rec)
+        remember = ledger.remember_closed(self.memory.closed_records)
+        for op in ledger.migration(listed.items, self.config.ledger_namespace, remember):
+            ctx.plan.write(op)
         await self._execute(ctx.plan, now, result)
 
     def _export(self) -> None:
-        ctx = self._context(self.clock())
-        largest = {c: status.largest_free_set(ctx, c) for c in self.world.classes}
-        unmanaged = len(self.memory.unadopted)
+        degraded = self.memory.degraded
+        largest = {c: largest_free_set(self.world, degraded, c) for c in self.world.classes}
+        unmanaged = len(self.memory.of(attachments.AttachmentsMemory).unadopted)
         self.metrics.export(
             self.world,
             largest,
             unmanaged,
-            len(self.memory.unplaceable),
+            len(self.memory.waiting.unplaceable),
             degraded_nodes=len(self.memory.degraded),
         )
 
@@ -282,6 +285,7 @@ class Reconciler:
         stop: list[str] = []  # why this wave starts no more writes (an earlier step's
         # abort does not stop this one's: release runs after a placement conflict)
         limit = asyncio.Semaphore(WRITES_IN_FLIGHT)
+        writer = Writer(self.client, self.world)  # the client as it is now (tests swap it)
 
         async def one(i: int) -> None:
             async with limit:
@@ -292,7 +296,7 @@ class Reconciler:
                     return
                 w = items[i]
                 try:
-                    made = await self._write(w)
+                    made = await writer.make(w.op)
                 except NotFound:
                     if _answer_of_a_gone_request(w):
                         # Its webhook gave up waiting (bind timeout) and deleted it: nobody
@@ -315,7 +319,7 @@ class Reconciler:
                     return
                 written.add(i)
                 result.writes += 1
-                self.metrics.writes.labels(w.verb).inc()
+                self.metrics.writes.labels(w.op.VERB).inc()
                 if made is not None:
                     # Write-through: the response enters the cache before the next decision.
                     self.world.apply(WatchEvent("MODIFIED", made))
@@ -350,87 +354,6 @@ class Reconciler:
             else:
                 self.world.put_device(w.before)
 
-    async def _write(self, w: Write) -> Any:
-        c = self.client
-        if w.verb == "status":
-            return await c.update_status(w.obj)
-        if w.verb == "update":
-            if isinstance(w.obj, GPUDevice):
-                # A device's only update is its finalizer (the agent owns the spec, status
-                # is a subresource): a patch of metadata.finalizers, so the binder holds
-                # patch, not update, on GPUDevices and cannot rewrite their spec whole.
-                return await self._finalizers(w.obj)
-            return await c.update(w.obj)
-        if w.verb == "create":
-            try:
-                return await c.create(w.obj)
-            except AlreadyExists:
-                meta = w.obj.metadata
-                found = await c.get(type(w.obj), meta.name, meta.namespace)
-                if isinstance(found, GPUUsageRecord) and not watched_record(found):
-                    # Recorded and closed already (closed records are not cached): the
-                    # interval is not opened again (see records.usage_records).
-                    key = (meta.namespace, meta.name)
-                    self.memory.closed_records[(found.spec.device, found.spec.kind)] = key
-                return found
-        if w.verb == "open":
-            opened, copy = await ledgerwrites.open_record(c, w.obj)
-            if not watched_record(opened):
-                key = (opened.metadata.namespace, opened.metadata.name)
-                self.memory.closed_records[(opened.spec.device, opened.spec.kind)] = key
-            if copy is not None:
-                self.world.apply(WatchEvent("MODIFIED", copy))
-            return opened
-        if w.verb == "copy":
-            return await ledgerwrites.write_copy(c, w.obj)
-        if w.verb == "sync-copy":
-            self.memory.orphans_tried[w.obj.metadata.name] = w.obj
-            return await ledgerwrites.sync_copy(c, w.obj)
-        if w.verb == "apply":
-            return await c.apply(KubeVirt, w.obj.body)
-        if w.verb == "finalizers":
-            return await self._finalizers(w.obj)
-        if w.verb == "annotations":
-            meta = w.obj.metadata
-            value = meta.annotations.get(DEVICES_ANNOTATION)
-            patch = {"metadata": {"annotations": {DEVICES_ANNOTATION: value}}}
-            return await c.patch(type(w.obj), meta.name, meta.namespace, patch)
-        if w.verb == "node_status":
-            node_name, cond = w.obj
-            return await self._node_condition(node_name, cond)
-        if w.verb == "delete":
-            meta = w.obj.metadata
-            # Deleted already (a bind request by its webhook) is as good.
-            with contextlib.suppress(NotFound):
-                await c.delete(type(w.obj), meta.name, meta.namespace)
-            # Write-through, as for the other writes: the next pass does not delete it again.
-            self.world.apply(WatchEvent("DELETED", w.obj))
-            return None
-        raise AssertionError(f"unknown verb {w.verb}")
-
-    async def _finalizers(self, obj: Any) -> Any:
-        """Set metadata.finalizers by a merge patch, which touches nothing else of an object
-        others own; its resourceVersion makes a stale decision a 409, like every write."""
-        meta = obj.metadata
-        patch = {
-            "metadata": {
-                "finalizers": list(meta.finalizers),
-                "resourceVersion": meta.resource_version,
-            }
-        }
-        written = await self.client.patch(type(obj), meta.name, meta.namespace, patch)
-        if written.metadata.deletion_timestamp is not None and not written.metadata.finalizers:
-            # The last finalizer of a deleted object: it is gone, as its watch will say.
-            self.world.apply(WatchEvent("DELETED", written))
-            return None
-        return written
-
-    async def _node_condition(self, node_name: str, cond: Condition) -> Node:
-        """The GPUDegraded condition alone, by a strategic merge patch of nodes/status: no
-        GET and PUT of the whole status, which would need update rights on every field
-        of every node and race the kubelet's heartbeats."""
-        return await self.client.set_condition(Node, node_name, "", cond.to_dict())
-
 
 def _answer_of_a_gone_request(w: Write) -> bool:
-    return w.verb == "status" and isinstance(w.obj, GPUBindRequest)
+    return isinstance(w.op, Status) and isinstance(w.obj, GPUBindRequest)

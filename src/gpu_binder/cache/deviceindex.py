@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Set as AbstractSet
 
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
 from gpu_binder.cache.freestates import FreeStates
 from gpu_binder.cache.resources import NodeResources
@@ -170,7 +171,7 @@ class DeviceIndex:
                 self.ambiguous.add(name)
             elif c.type == DRAIN_BLOCKED:
                 self.drain_flagged.add(name)
-        slot = slot_resource(d)
+        slot = device_slot(d)
         if slot:
             self.slot_users[slot] += 1
             self.by_slot[d.spec.node_name][slot] = d
@@ -205,7 +206,7 @@ class DeviceIndex:
             self.drain_flagged,
         ):
             idx.discard(name)
-        slot = slot_resource(d)
+        slot = device_slot(d)
         if slot:
             self.slot_users[slot] -= 1
             if self.slot_users[slot] <= 0:
@@ -325,16 +326,6 @@ def set_node(devs: list[GPUDevice]) -> str:
     for d in devs:
         counts[d.spec.node_name] = counts.get(d.spec.node_name, 0) + 1
     return min(counts, key=lambda n: (-counts[n], n))
-
-
-def slot_resource(d: GPUDevice) -> str:
-    """The slot resource serving this device (DESIGN "Pinning"): gpu.cozystack.io/10de-2330-s3."""
-    if d.spec.slot is None:
-        return ""
-    return (
-        f"gpu.cozystack.io/{d.spec.vendor_id.removeprefix('0x')}-"
-        f"{d.spec.device_id.removeprefix('0x')}-s{d.spec.slot}"
-    )
 
 
 def discard_from(index: dict[str, set[str]], key: str, name: str) -> None:

@@ -27,22 +27,13 @@ the same function, so both agree on what a VMI asks for and runs with.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kubevirt import VirtualMachine
-from gpu_binder.api.types import GROUP, GPUClass, GPUDevice
-from gpu_binder.cache.deviceindex import slot_resource
-
-# The form slot_resource() gives: <group>/<vendor>-<device>-s<slot>.
-_SLOT = re.compile(rf"^{re.escape(GROUP)}/[0-9a-f]{{4}}-[0-9a-f]{{4}}-s[0-9]+$")
-
-
-def is_slot_resource(name: str) -> bool:
-    """A name of the slot resources (DESIGN "Pinning"), on whichever node."""
-    return _SLOT.match(name) is not None
+from gpu_binder.api.slots import device_slot, is_slot
+from gpu_binder.api.types import GPUClass, GPUDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +69,7 @@ def resolve(
             order[c] = order.get(c, 0) + 1
             by_count[c] = by_count.get(c, 0) + 1
             continue
-        if not is_slot_resource(name):
+        if not is_slot(name):
             continue
         d = slots.get(name)
         # A slot named twice is one device: the second entry has none to get.
@@ -93,7 +84,7 @@ def resolve(
 
 def slots_of(devices: Iterable[GPUDevice]) -> dict[str, GPUDevice]:
     """The devices of a set (all on one node) by the slot resource serving each."""
-    return {slot: d for d in devices if (slot := slot_resource(d))}
+    return {slot: d for d in devices if (slot := device_slot(d))}
 
 
 def vm_entries(

@@ -12,12 +12,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
+from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
-from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.kubevirt import (
+    STARTED_PHASES,
+    Node,
+    VirtualMachine,
+    VirtualMachineInstance,
+)
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
-    OPEN_RECORDS,
     USAGE_FINALIZER,
     GPUBindRequest,
     GPUClass,
@@ -117,6 +121,9 @@ class World(Orders):
         # By uid, when this world last held the VMI live: the arrival of the version that
         # ended it (see _observe_end). Kept as long as ended_vmis.
         self.seen_running: dict[str, datetime] = {}
+        # By uid, when this world last held the VMI not yet started: the arrival of the
+        # version that started it (Scheduled or Running; see _observe_start).
+        self.seen_unstarted: dict[str, datetime] = {}
         # Devices whose class must be decided again (new, changed spec, class or node change).
         self.dirty: set[str] = set()
         self.class_gen = 0
@@ -170,8 +177,8 @@ class World(Orders):
             if self.on_request is not None:
                 self.on_request(obj, deleted)
         elif isinstance(obj, GPUUsageRecord):
-            # Only open records are cached (SELECTORS): a closed one, by an event or by the
-            # response of the write that closed it, leaves the cache.
+            # Only open records are cached (watched.SELECTORS): a closed one, by an event or
+            # by the response of the write that closed it, leaves the cache.
             deleted = deleted or not watched_record(obj)
             if is_copy(obj):
                 self._apply_copy(obj, deleted)
@@ -296,6 +303,7 @@ class World(Orders):
         old = self.vmis.get(vmi.key)
         if old is not None and old.live:
             self._observe_end(old, vmi, deleted)
+            self._observe_start(old, vmi, deleted)
         if old is not None:
             discard_from(self.vmis_by_order, vm_key_of_vmi(old), old.key)
         _put(self.vmis, vmi.key, vmi, deleted)
@@ -321,6 +329,21 @@ class World(Orders):
         self.devices.touch_key(vm_key_of_vmi(vmi))
         if vmi.vm_name is None or (old is not None and old.vm_name is None):
             self._order_changed(vm_key_of_vmi(vmi))
+
+    def _observe_start(
+        self, old: VirtualMachineInstance, new: VirtualMachineInstance, deleted: bool
+    ) -> None:
+        """Remember when this world last held a VMI not yet started: when the version
+        starting it arrives. Its start is stamped by virt-controller's and its node's
+        clocks, which may be behind the binder's: the attachment must not be billed from
+        before the binder saw the VMI unstarted. Late by the watch's delivery, as
+        seen_running is."""
+        if self.clock is None or deleted or new.metadata.uid != old.metadata.uid:
+            return
+        if old.phase not in STARTED_PHASES and new.phase in STARTED_PHASES:
+            self.seen_unstarted[new.metadata.uid] = self.clock()
+            if len(self.seen_unstarted) > ENDED_VMIS_KEPT:
+                del self.seen_unstarted[next(iter(self.seen_unstarted))]
 
     def _observe_end(
         self, old: VirtualMachineInstance, new: VirtualMachineInstance, deleted: bool
@@ -463,43 +486,6 @@ def demands_of(
         if c not in named:
             out.append(Demand(n, cpu_milli, memory_bytes, frozenset((c,))))
     return tuple(out)
-
-
-# Every kind the binder's world caches, in the order a fresh binder lists them: classes and
-# nodes before the devices classified by them. KubeVirt's CR only for the settings step;
-# ResourceQuotas for the GPU quotas (binder.quota).
-WATCHED: tuple[type[Any], ...] = (
-    GPUClass,
-    Node,
-    GPUDevice,
-    VirtualMachine,
-    VirtualMachineInstance,
-    GPUBindRequest,
-    GPUUsageRecord,
-    KubeVirt,
-    ControllerRevision,
-    ResourceQuota,
-)
-
-# The label selector a kind in WATCHED is listed and watched with: only open usage records,
-# only the revisions of instancetypes.
-SELECTORS: dict[type[Any], str] = {
-    GPUUsageRecord: OPEN_RECORDS,
-    ControllerRevision: INSTANCETYPE_REVISIONS,
-}
-
-
-def selected(event: WatchEvent[Any]) -> WatchEvent[Any]:
-    """An event as a watch with SELECTORS shows it: a usage record that is not (any more)
-    selected arrives as DELETED, as the API server sends it. For feeds of every object."""
-    obj = event.object
-    if event.type == "DELETED":
-        return event
-    if (isinstance(obj, GPUUsageRecord) and not watched_record(obj)) or (
-        isinstance(obj, ControllerRevision) and not obj.is_instancetype
-    ):
-        return WatchEvent("DELETED", obj)
-    return event
 
 
 def _age(cls: GPUClass) -> tuple[datetime, str]:

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gpu_binder.api.types import GPUUsageRecord
-from gpu_binder.binder.ledger import of_ledger
+from gpu_binder.binder import of_ledger
 from gpu_binder.demo import scenario, view
 from gpu_binder.sim.cluster import Cluster
 

@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpu_binder.api.kubevirt import Node, VirtualMachine
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import NODE_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.cache.deviceindex import slot_resource
 from gpu_binder.demo.kubevirt_acts import instancetype, template_edit
 from gpu_binder.sim.builders import vmi_object
 from gpu_binder.sim.catalog import H100, L40S, gpu_class
@@ -160,7 +160,7 @@ async def unmanaged(c: Cluster) -> None:
     )
     free = sorted(c.world.devices.free_on("l40s", "node-e"))
     # Its launcher pod asks for the GPU in node-e's slot: the kubelet hands that one out.
-    raw = vmi_object("legacy-1", "hooli", [slot_resource(c.world.devices.by_name[free[0]])])
+    raw = vmi_object("legacy-1", "hooli", [device_slot(c.world.devices.by_name[free[0]])])
     raw["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-e"}
     await c.start_unmanaged(raw)
     await c.tick(10)
@@ -205,7 +205,7 @@ async def foreign_slot(c: Cluster) -> None:
     if not bound:
         return
     d = bound[0]
-    slot = slot_resource(d)
+    slot = device_slot(d)
     owner = d.status.binding.vm.key if d.status.binding else "another VM"
     say(
         c,
@@ -258,12 +258,12 @@ async def degraded(c: Cluster) -> None:
     node = min(usable, key=lambda n: n != node_of(c, "acme/train-1"), default="node-a")
     devs = on_node(c, node)
     unserved = [d for d in devs if d.status.binding is None][-2:]
-    served = {slot_resource(d): 1 for d in devs if d not in unserved}
+    served = {device_slot(d): 1 for d in devs if d not in unserved}
     held = sets_on(c, node)
     say(
         c,
         f"{node}'s device plugin serves {len(served)} of its {len(devs)} slots, not "
-        f"{' or '.join(slot_resource(d) for d in unserved)}; "
+        f"{' or '.join(device_slot(d) for d in unserved)}; "
         f"{', '.join(k.partition('/')[2] for k in held) or 'no VM'} "
         f"{'holds' if len(held) == 1 else 'hold'} GPUs there",
     )

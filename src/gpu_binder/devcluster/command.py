@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.cli.logs import setup as setup_logs
 from gpu_binder.devcluster import fleet
 from gpu_binder.devcluster.kwoknodes import SCHEDULABLE, seed_kwok

@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.cli.flags import add_log_flags, boolean, duration, env_adder, names
 from gpu_binder.cli.logs import setup as setup_logs
 from gpu_binder.kube import ConfigError, connect

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, NotLeader, Reconciler, Result
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, NotLeader, Reconciler, Result
 from gpu_binder.kube.cache import Informers
 from gpu_binder.kube.queue import ShutDown, WorkQueue
 

@@ -12,8 +12,7 @@ import logging
 from collections import deque
 from datetime import datetime
 
-from gpu_binder.binder.events import ClientRecorder
-from gpu_binder.binder.plan import Note
+from gpu_binder.binder import ClientRecorder, Note
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import Client
 

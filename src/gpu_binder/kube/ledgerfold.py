@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from gpu_binder.api.types import CLOSED_RECORDS, GPUUsageRecord
-from gpu_binder.binder.ledgertotals import LedgerTotals
+from gpu_binder.binder import LedgerTotals
 from gpu_binder.client.errors import Gone
 from gpu_binder.client.interface import Client
 

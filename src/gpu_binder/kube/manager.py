@@ -17,13 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu_binder.api.kinds import KubeVirt, resource_of
+from gpu_binder.api.kinds import resource_of
 from gpu_binder.api.types import GPUBindRequest
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.ledgertotals import LedgerTotals
-from gpu_binder.binder.metrics import Metrics
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.cache.world import SELECTORS, WATCHED, World
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, Config, LedgerTotals, Metrics, Reconciler
+from gpu_binder.cache import SELECTORS, WATCHED, World, feed, namespace_of
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.cache import Informer, Informers
 from gpu_binder.kube.client import KubeClient
@@ -130,7 +127,7 @@ class Manager:
     # --- wiring ---------------------------------------------------------------------
 
     def _informer(self, kind: type[Any]) -> Informer[Any]:
-        namespace = self.config.kubevirt_namespace if kind is KubeVirt else None
+        namespace = namespace_of(kind, self.config.kubevirt_namespace)
         relisted = self.run_metrics.relists.labels(resource_of(kind).plural).inc
         return Informer(
             self.client,
@@ -142,7 +139,7 @@ class Manager:
         )
 
     def _on_event(self, event: WatchEvent[Any]) -> None:
-        self.world.apply(event)
+        feed(self.world, (event,), self.config.kubevirt_namespace)
         if isinstance(event.object, GPUBindRequest):
             self.queue.add(REQUESTS_KEY)
         self.queue.add(PASS_KEY)

@@ -19,14 +19,14 @@ from typing import Any
 
 from gpu_binder.api.kinds import resource_of
 from gpu_binder.api.kubevirt import VirtualMachineInstance
-from gpu_binder.api.types import GROUP
+from gpu_binder.api.slots import format_slot
 from gpu_binder.client.errors import ApiError
 from gpu_binder.kube import KubeClient
 from gpu_binder.kube.client import path
 
 # A slot resource no class serves (vendor and device 0000): nobody's GPU, so whoever names
 # it is denied, and no VM's set could ever make it valid.
-PROBE_SLOT = f"{GROUP}/0000-0000-s0"
+PROBE_SLOT = format_slot("0x0000", "0x0000", 0)
 
 
 @dataclass(frozen=True)

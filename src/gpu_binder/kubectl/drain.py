@@ -24,8 +24,7 @@ from rich.text import Text
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.binder.plan import Note
-from gpu_binder.binder.reconciler import PASS_KEY, Reconciler
+from gpu_binder.binder import PASS_KEY, Note, Reconciler
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import Forbidden
 from gpu_binder.client.interface import Client, WatchEvent

@@ -9,12 +9,13 @@ winner's topology cannot hold the order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.placement.mix import UNLIMITED
-from gpu_binder.placement.policy import Outlook, Score
+from gpu_binder.placement.policy import STRANDED_WEIGHT, Outlook, Score
 from gpu_binder.placement.topology import pick_devices
 
 
@@ -95,6 +96,55 @@ def rank(
     fits = [f for c in candidates if (f := fit(order, c, cpu, memory)) is not None]
     fits.sort(key=lambda f: rank_key(f, score, outlook))
     return fits
+
+
+def margin(best: Fit, outlook: Outlook) -> float:
+    """How far apart two scores must be for the known orders to tell them apart: one
+    standard error of a mean over the mix's orders of a cost in the score's range.
+
+    Every term of LeastStranded is a mean over the orders the binder knows, as a sample
+    of the orders to come: a share of them restricted to a class (at most the GPUs taken)
+    and the GPUs of the node they would strand (at most its size, at STRANDED_WEIGHT). A
+    mean of n costs in a range R is off by up to R / (2 √n) at one standard error.
+    """
+    n = len(outlook.mix)
+    if n <= 0:
+        return math.inf
+    size = max((w for w in outlook.whole.values()), default=best.free)
+    span = (best.free - best.leftover) + STRANDED_WEIGHT * max(size, best.free)
+    return span / (2.0 * math.sqrt(n))
+
+
+def breaks_whole(f: Fit, outlook: Outlook) -> bool:
+    """Does the order take GPUs of a node of its class's largest size with every GPU free?"""
+    whole = outlook.whole.get(f.class_name, 0)
+    return f.free > f.leftover and whole > 0 and f.free >= whole
+
+
+def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ranked]:
+    """Best first, as rank_key orders them — except among the entries whose scores the mix
+    cannot tell from the best (within `margin`): those go in first-fit order, the nodes
+    that keep a whole node whole first, then by name (the node order).
+
+    Scores read the known orders as if they were the orders to come. While those are few,
+    a class's price or a node's stranding differs from another's by the sampling noise of
+    a handful of orders, and following it drains whichever class the sample happens to
+    need least — the whole nodes that a rare order only it holds comes for later. First
+    fit favours no class (the node order is arbitrary), so where the mix knows no better
+    the binder does as first fit does; its confidence grows with every order it sees.
+    """
+    keyed = sorted(((rank_key(f, score, outlook), (f, o)) for f, o in entries), key=_first)
+    if not keyed:
+        return []
+    top = keyed[0][0][0]
+    cut = margin(keyed[0][1][0], outlook)
+    near = [e for key, e in keyed if key[0] <= top + cut]
+    near.sort(key=lambda e: (breaks_whole(e[0], outlook), e[0].node))
+    return near + [e for key, e in keyed[len(near) :]]
+
+
+def _first(item: tuple[tuple[float, int, str], Ranked]) -> tuple[float, int, str]:
+    return item[0]
 
 
 def pick(

@@ -113,6 +113,8 @@ class Mix:
         self._log: list[tuple[Demand, int]] = []
         # (class, free GPUs, CPU, memory) -> [orders that fit, log position seen].
         self._fitting: dict[FitKey, list[int]] = {}
+        # The same for the restricted orders (see serves_claims).
+        self._serving: dict[FitKey, list[int]] = {}
         # The same -> (GPUs the known orders would strand there, summed; log position),
         # all on one basis.
         self._stranded: dict[FitKey, tuple[float, int]] = {}
@@ -141,6 +143,7 @@ class Mix:
         if len(self._log) >= _LOG_LIMIT:
             self._log.clear()
             self._fitting.clear()
+            self._serving.clear()
             self._stranded.clear()
         else:
             self._log.append((demand, n))
@@ -151,6 +154,7 @@ class Mix:
             return
         self._shapes = shapes
         self._effective.clear()
+        self._serving.clear()
         self.by_effective = {}
         self.by_whole = {}
         for demand, n in self.counts.items():
@@ -287,6 +291,39 @@ class Mix:
             for _, room, gpus in sorted(sets):
                 _pour(claimed, free, room, free_total * gpus / self.gpus)
         return {c: claimed[c] / n if c in claimed and n > 0 else 0.0 for c, n in free.items()}
+
+    def serves_claims(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> bool:
+        """Could a node of this class with this much free take a restricted order that
+        claims the class (see pressures)? If not, taking its GPUs costs those orders
+        nothing: a 1-GPU node is no use to the 8-GPU orders only its class holds, nor are
+        GPUs left without the memory they ask for."""
+        key = (class_name, gpus, cpu_milli, memory_bytes)
+        cached = self._serving.get(key)
+        end = len(self._log)
+        if cached is not None and cached[1] == end:
+            return cached[0] > 0
+        if cached is not None and end - cached[1] <= len(self.counts):
+            count = cached[0]
+            for demand, n in self._log[cached[1] :]:
+                if self._claims(demand, class_name, gpus, cpu_milli, memory_bytes):
+                    count += n
+        else:
+            count = sum(
+                n
+                for demand, n in self.counts.items()
+                if self._claims(demand, class_name, gpus, cpu_milli, memory_bytes)
+            )
+        self._serving[key] = [count, end]
+        return count > 0
+
+    def _claims(
+        self, demand: Demand, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int
+    ) -> bool:
+        """Is the order restricted (not every class with nodes holds it; without node
+        shapes, any order counts) and does it fit?"""
+        if self._shapes is not None and frozenset(self._shapes) <= self.effective(demand):
+            return False
+        return demand.fits(class_name, gpus, cpu_milli, memory_bytes)
 
     def whole_risks(
         self, free: Mapping[str, int], whole_free: Mapping[str, int], sizes: Mapping[str, int]

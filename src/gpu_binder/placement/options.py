@@ -55,12 +55,16 @@ def resolve(
     a set holding none of them leaves the order as its entries say.
     """
     named = group(order, alternatives)
-    if not named:
+    chosen = serving(alternatives, held) if named else None
+    if chosen is None:
         return dict(order)
-    taken = [c for c in sorted(alternatives) if held.get(c, 0) > 0]
-    if not taken:
-        return dict(order)
-    chosen = max(taken, key=lambda c: held[c])  # the first name of equals: max keeps it
     resolved = {c: n for c, n in order.items() if c not in alternatives}
     resolved[chosen] = sum(order[c] for c in named)
     return resolved
+
+
+def serving(alternatives: Collection[str], held: Mapping[str, int]) -> str | None:
+    """The interchangeable class that serves the group for a set holding `held` (devices
+    per class): the one it holds most of, then the first name; None when it holds none."""
+    taken = [c for c in sorted(alternatives) if held.get(c, 0) > 0]
+    return max(taken, key=lambda c: held[c]) if taken else None  # max keeps the first

@@ -5,10 +5,10 @@ allocatable CPU and memory, one GPUClass per GPU model, one classified GPUDevice
 in a `World`, and every order is a KubeVirt VirtualMachine: `num_gpu` GPU entries naming
 a class's resourceName, its CPU and memory as domain resource requests, and the models
 of its `gpu_spec` (every model when empty) in the `gpu.cozystack.io/classes` annotation.
-An arrival is decided by `binder.steps.completion.complete`, the function the orders
-step calls for each order (class policy, options, CPU and memory fit, binding), and an
-order that fits nowhere goes through the defragmentation step's `make_room` first. A
-departure releases the set as the sets step does for a deleted VM.
+An arrival is decided by `binder.Placer.complete`, the completion the orders step
+makes for each order (class policy, options, CPU and memory fit, binding), and an order
+that fits nowhere goes through the defragmentation step's room-making first
+(`Placer.make_room`). A departure releases the set as the sets step does for a deleted VM.
 
 No API server sits in between (the binder's writes go straight into its world, as the
 write-through cache does with their responses), which keeps a replay of 10 seeds of
@@ -28,7 +28,6 @@ from gpu_binder.api.meta import ObjectMeta
 from gpu_binder.api.types import (
     CLASSES_ANNOTATION,
     FINALIZER,
-    BindReason,
     DeviceMatch,
     GPUClass,
     GPUClassSpec,
@@ -38,12 +37,7 @@ from gpu_binder.api.types import (
     Phase,
     device_name,
 )
-from gpu_binder.binder import ops
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.context import Context, Memory
-from gpu_binder.binder.plan import Plan
-from gpu_binder.binder.steps.completion import complete
-from gpu_binder.binder.steps.defrag import make_room
+from gpu_binder.binder import Config, Placer
 from gpu_binder.cache.world import World
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.replay.order import Order
@@ -75,7 +69,7 @@ class BinderRun:
         self.moves = 0
         self.capacity_gpus = sum(n.gpus for n in nodes)
         self.allocated_gpus = 0
-        self.context = Context(self.world, Config(), T0, Memory(), Plan(self.world, T0))
+        self.placer = Placer(self.world, Config(), T0)
         models = sorted({n.model for n in nodes if n.gpus})
         self.classes = {m: class_name(m) for m in models}
         self.resources = {class_name(m): resource_name(m) for m in models}
@@ -127,18 +121,15 @@ class BinderRun:
         if not self._create(i, order):
             return False
         key = self.key(i)
-        ctx = self.context
-        ctx.plan = Plan(self.world, T0)  # the writes of earlier orders are made
-        order_of = self.world.order_of(key)
-        placed = complete(ctx, key, order_of, BindReason.ORDER, may_move=True).ok
+        placed = self.placer.complete(key)
         if not placed and self.defrag and self._stopped:
             # An order like one that found no room finds none until something frees or
             # stops (the binder's defrag step skips a key likewise until the world changes).
             memo = (self.world.capacity_gen, self._stops, order.demand)
-            moved = 0 if memo in self._no_room else make_room(ctx, key)
+            moved = 0 if memo in self._no_room else self.placer.make_room(key)
             self.moves += moved
             if moved:
-                placed = complete(ctx, key, order_of, BindReason.ORDER, may_move=True).ok
+                placed = self.placer.complete(key)
             else:
                 self._no_room.add(memo)
         if placed:
@@ -161,13 +152,7 @@ class BinderRun:
             return
         if not raw["spec"]["running"]:
             self._stopped -= 1
-        key = self.key(i)
-        ctx = self.context
-        ctx.plan = Plan(self.world, T0)
-        held = self.world.devices.set_of(key)
-        for d in held:
-            ops.release(ctx, d, "its VM was deleted")
-        self.allocated_gpus -= len(held)
+        self.allocated_gpus -= self.placer.release_set(self.key(i), "its VM was deleted")
         self._apply(VirtualMachine.from_dict(raw), "DELETED")
 
 

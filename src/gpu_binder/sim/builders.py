@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from gpu_binder.agent.models import NVIDIA
-from gpu_binder.agent.slots import slot_resource as _slot_resource
 from gpu_binder.api.instancetype import CLUSTER_INSTANCETYPE_KIND, INSTANCETYPE_API_VERSION
 from gpu_binder.api.kubevirt import KUBEVIRT_API_VERSION, Node, VirtualMachine
 from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.slots import format_slot
 from gpu_binder.api.types import (
     FINALIZER,
     GPUClass,
@@ -64,7 +64,7 @@ def gpu_class(
 
 def slot_resource(slot: int, device_id: str = H100_DEVICE_ID, vendor_id: str = NVIDIA) -> str:
     """The resource a node's device plugin serves the GPU in slot under."""
-    return _slot_resource(vendor_id, device_id, slot)
+    return format_slot(vendor_id, device_id, slot)
 
 
 def pci_address(slot: int, first_bus: int = FIRST_BUS) -> str:

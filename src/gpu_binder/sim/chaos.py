@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.sim.catalog import H100, L40S
 from gpu_binder.sim.cluster import ClassDef, Cluster
 

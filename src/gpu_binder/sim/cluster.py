@@ -15,16 +15,14 @@ from typing import Any
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import VirtualMachine, VirtualMachineInstance
 from gpu_binder.api.types import GPUBindRequest, GPUDevice
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.events import ClientRecorder
-from gpu_binder.binder.plan import Note
-from gpu_binder.binder.reconciler import PASS_KEY, REQUESTS_KEY, Reconciler
-from gpu_binder.cache.world import SELECTORS, WATCHED, World, selected
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY, ClientRecorder, Config, Note
+from gpu_binder.cache import World
 from gpu_binder.client.errors import ApiError
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim import tenants
 from gpu_binder.sim.admission import call_pod_webhook, call_webhook, pod_pinner
 from gpu_binder.sim.agent import AgentFleet
+from gpu_binder.sim.binderhost import BinderHost
 from gpu_binder.sim.builders import kubevirt_object, vm_object
 from gpu_binder.sim.catalog import GPUModel, gpu_class
 from gpu_binder.sim.clock import VirtualClock
@@ -32,10 +30,9 @@ from gpu_binder.sim.clocks import Clocks
 from gpu_binder.sim.invariants import InvariantChecker
 from gpu_binder.sim.kubelet import Kubelet
 from gpu_binder.sim.kubevirt import KubeVirtSim
-from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import cordon
-from gpu_binder.sim.selectors import selector_matches
 from gpu_binder.sim.storage import Storage
+from gpu_binder.sim.truth import GroundTruth
 from gpu_binder.webhook.decision import Admitter
 
 # Steps of KubeVirt and the kubelets between two binder passes, at most (see settle).
@@ -101,10 +98,13 @@ class Cluster:
         LiveUpdate (None: as the KubeVirt CR says; unset there, LiveUpdate, its default)."""
         self.clock = VirtualClock()
         self.t0 = self.clock()
-        self.client = MemoryClient(clock=self.clock.now, seed=seed)
+        # The sim's binder stamps its sightings of VMIs (World.seen_running) with its own
+        # clock, as the manager's does.
+        self.host = BinderHost(self.clock.now, config, seed=seed, on_shown=self._shown)
+        self.client = self.host.client
         self.clocks = Clocks(self.clock.now, skew, seed)
         self.storage = Storage(self.clock.now)
-        self.config = config or Config()
+        self.config = self.host.config
         self.classes = {c.name: c for c in classes}
         self.stats = Stats()
         self.log = Log()
@@ -133,10 +133,7 @@ class Cluster:
             )
         )
         self.recorder = ClientRecorder(self.client)
-        self.world = World()
-        self.client.subscribe(self._event, WATCHED)
-        self._relist()
-        self.reconciler = self._new_reconciler()
+        self.reconciler = self.host.reconciler(self.recorder)
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)
         self.pod_pinner = pod_pinner(self.world, self.config, self.clock.now)
         self.fleet = AgentFleet(self.client, self.clock.now, node_clock=self.clocks.now)
@@ -152,25 +149,16 @@ class Cluster:
         )
         self.kubelet = Kubelet(self.client, self.clocks)
         self.checker = InvariantChecker(self.client)
+        self.truth = GroundTruth(self.client, self.clock.now, lambda: self.binder_up)
 
     # --- the binder -----------------------------------------------------------------------
 
-    def _new_reconciler(self) -> Reconciler:
-        return Reconciler(self.client, self.world, self.config, self.clock.now, self.recorder)
+    @property
+    def world(self) -> World:
+        return self.host.world
 
-    def _relist(self) -> None:
-        # As the manager's informers list: with each kind's selector (only open records).
-        for kind in WATCHED:
-            selector = SELECTORS.get(kind, "")
-            for obj in self.client.objects(kind):
-                if not selector or selector_matches(selector, obj.metadata.labels):
-                    self.world.apply(WatchEvent("ADDED", obj))
-
-    def _event(self, kind: type[Any], ev: WatchEvent[Any]) -> None:
-        # WATCHED kinds only (the subscription's). The feed carries every object; a
-        # selected watch sends one leaving it as DELETED.
-        self.world.apply(selected(ev))
-        if kind is GPUBindRequest:
+    def _shown(self, ev: WatchEvent[Any]) -> None:
+        if isinstance(ev.object, GPUBindRequest):
             # A request enqueues the requests key alone: the webhook waits for its answer.
             self.dirty_requests = self.dirty_requests or ev.type != "DELETED"
             return
@@ -178,9 +166,8 @@ class Cluster:
 
     def restart_binder(self) -> None:
         """A new leader: caches listed afresh, and nothing remembered from the old one."""
-        self.world = World()
-        self._relist()
-        self.reconciler = self._new_reconciler()
+        self.host.restart()
+        self.reconciler = self.host.reconciler(self.recorder)
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)
         self.pod_pinner = pod_pinner(self.world, self.config, self.clock.now)
         self.dirty_pass = True

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.ledger import of_ledger
+from gpu_binder.binder import Config, of_ledger
 from gpu_binder.replay.order import Order, orders_from_pods
 from gpu_binder.replay.trace import Node, TraceError, load_nodes, load_pods
 from gpu_binder.sim.chaos import FAULT_ODDS, Workload, build, fault, step
 from gpu_binder.sim.cluster import Cluster
+from gpu_binder.sim.ledgercheck import compare
 from gpu_binder.sim.trace import CREATE, TraceWorkload, build_trace
 
 # What each figure of a run counts (printed by --help, kept beside the code that counts).
@@ -64,6 +64,15 @@ FIGURES = {
     "passes": "binder passes run: full passes and requests passes (one per bind request)",
     "usage_records_open": "usage records still open at the end",
     "usage_records_closed": "usage records closed",
+    "ledger_check": "the ledger against the sim's own truth of GPU time (invariant 12, judged "
+    "once at the end of the run): truth_gpu_seconds and ledger_gpu_seconds per kind "
+    "(attached, reserved; open intervals to the end), intervals judged, "
+    "worst_interval_seconds (seconds one interval was billed wrongly, too much plus too "
+    "little), worst_namespace_class_seconds (the largest difference of one namespace's "
+    "seconds of one class and kind), beyond_1s (intervals off by more than 1 s), "
+    "beyond_tolerance (those off by more than 1 s at an end a binder saw, by more than "
+    "1 s plus the clocks' skew at one no binder saw, or missed or invented: each a "
+    "violation (12))",
     "violations": "the first 50 violations found, each with its time",
     "violation_counts": "violations found per invariant, all of them",
     "seconds": "wall time of the run",
@@ -106,6 +115,7 @@ async def run(
         check(c, violations, counts)
         if max_violations and sum(counts.values()) > max_violations:
             break
+    ledger = check_ledger(c, violations, counts)
     return {
         "devices": len(c.client.objects(GPUDevice)),
         "vms": len(w.keys),
@@ -113,6 +123,7 @@ async def run(
         "faults": faults,
         **figures(c),
         "vms_recreated": w.recreated,
+        "ledger_check": ledger,
         "violations": violations,
         "violation_counts": dict(sorted(counts.items())),
         "seconds": round(time.perf_counter() - started, 2),
@@ -129,6 +140,20 @@ def check(c: Cluster, violations: list[str], counts: dict[str, int] | None = Non
             counts[number] = counts.get(number, 0) + 1
         if len(violations) < MAX_LISTED or counts is None:
             violations.append(f"t+{int((c.clock() - c.t0).total_seconds())}s {v}")
+
+
+def check_ledger(c: Cluster, violations: list[str], counts: dict[str, int]) -> dict[str, Any]:
+    """Invariant 12 over the whole run, once at its end: a binder that was down meanwhile
+    closes what ended in its absence only when it is back. Its violations are added as
+    check adds the others; the figures are returned."""
+    result = compare(
+        c.truth.stretches, c.client.objects(GPUUsageRecord), c.clock(), unseen=c.clocks.skew
+    )
+    for v in result.violations:
+        counts["(12)"] = counts.get("(12)", 0) + 1
+        if len(violations) < MAX_LISTED:
+            violations.append(f"t+{int((c.clock() - c.t0).total_seconds())}s {v}")
+    return result.figures()
 
 
 def figures(c: Cluster) -> dict[str, int]:
@@ -211,12 +236,14 @@ async def run_trace(
         played += 1
         check(c, violations, counts)
     w.finish(c)
+    ledger = check_ledger(c, violations, counts)
     return {
         "devices": len(c.client.objects(GPUDevice)),
         "vms": len(w.placed) + len(w.placed_later) + refused(w),
         "events": played,
         "faults": faults,
         **figures(c),
+        "ledger_check": ledger,
         "violations": violations,
         "violation_counts": dict(sorted(counts.items())),
         "seconds": round(time.perf_counter() - started, 2),

@@ -6,7 +6,8 @@ could hide a step in between; `check()` then judges the state (1, 2, 6, 8, 9) of
 changed since the last check only, so running it after every event costs what the event
 changed. Invariant 5 is structural (only the binder writes status.binding), 7 is
 `quiet_pass`, 9 and 9b (an Attached device is one its VMI runs with) are sim.podcheck's,
-11 is sim.recordcheck's.
+11 is sim.recordcheck's, 12 (the ledger against the sim's own truth of GPU time)
+sim.ledgercheck's, judged once at the end of a run (sim.command).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpu_binder.agent.slots import slot_resource
 from gpu_binder.api.kinds import Event
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.meta import utc
+from gpu_binder.api.slots import format_slot
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     USAGE_FINALIZER,
@@ -79,6 +80,9 @@ class InvariantChecker:
         self._classes: dict[str, GPUClass] = {}
         self._vmis: dict[str, VirtualMachineInstance] = {}
         self._finished: dict[str, datetime] = {}
+        # By uid, the true time a VMI ended: the write that made it Succeeded/Failed or
+        # removed it, on the store's clock.
+        self._ended: dict[str, datetime] = {}
         self._slots: dict[tuple[str, str], str] = {}
         self._uses: dict[str, set[str]] = {}
         self._used_by: dict[str, str] = {}
@@ -214,12 +218,17 @@ class InvariantChecker:
     def _finish_times(self, r: GPUUsageRecord, finished: datetime) -> set[datetime]:
         """The ends a record of a VMI that finished then may carry: the finish time (never
         before the record's start), or that clamped to the binder's now at the close when
-        the VMI's clock was ahead of it (invariant 11)."""
+        the VMI's clock was ahead of it (invariant 11), or the true time the VMI ended
+        when its finish says earlier (a binder that saw it end knows it ended no sooner:
+        World.seen_running)."""
         start, finished = utc(r.spec.start), utc(finished)
         closed = self.records.closed_at.get(f"{r.metadata.namespace}/{r.metadata.name}")
         ends = {max(start, finished)}
         if closed is not None:
             ends.add(max(start, min(finished, closed)))
+        ended = self._ended.get(r.spec.vmi.uid if r.spec.vmi else "")
+        if ended is not None and ended > finished:
+            ends.add(max(start, ended))
         return ends
 
     # --- following the store --------------------------------------------------------------
@@ -382,6 +391,8 @@ class InvariantChecker:
         self._dirty_vms.add(order_key(vmi))
         if vmi.finished_at is not None:
             self._finished[vmi.metadata.uid] = vmi.finished_at
+        if deleted or not vmi.live:
+            self._ended.setdefault(vmi.metadata.uid, utc(self.client.clock()))
         if deleted:
             held = self._vmis.pop(key, None)
             if held is not None and USAGE_FINALIZER in held.metadata.finalizers:
@@ -446,7 +457,7 @@ class InvariantChecker:
 
 
 def _slot(d: GPUDevice) -> str:
-    return slot_resource(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
+    return format_slot(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
 
 
 async def quiet_pass(client: MemoryClient, run_pass: Callable[[], Awaitable[object]]) -> list[str]:

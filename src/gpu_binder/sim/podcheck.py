@@ -20,18 +20,17 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from gpu_binder.agent.slots import slot_resource
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import Pod
+from gpu_binder.api.slots import format_slot, is_slot
 from gpu_binder.api.types import GPUClass, GPUDevice
-from gpu_binder.cache.vmiorder import is_slot_resource
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.launcher import is_temp_pod
 from gpu_binder.sim.memory import MemoryClient
 
 
 def _slot(d: GPUDevice) -> str:
-    return slot_resource(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
+    return format_slot(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
 
 
 class PodChecker:
@@ -79,7 +78,7 @@ class PodChecker:
 
     def _pod_holds_its_set(self, pod: Pod, order: str, held: frozenset[str]) -> list[str]:
         """(9) The pod's slots are its set's, all of them, on the set's node."""
-        if not held and not any(is_slot_resource(r) for r in pod.resources):
+        if not held and not any(is_slot(r) for r in pod.resources):
             return []
         temp = is_temp_pod(pod.raw)
         if not temp and self._guest_ended(pod):

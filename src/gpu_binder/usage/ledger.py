@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from gpu_binder.api.types import RECORD_NAMESPACE_LABEL, GPUUsageRecord, RecordKind
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 
 Dimension = Literal["namespace", "vm", "class", "node"]
 DIMENSIONS: tuple[Dimension, ...] = ("namespace", "vm", "class", "node")

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import (
     CLASSES_ANNOTATION,
     GPUBindRequest,
@@ -36,13 +37,7 @@ from gpu_binder.api.types import (
     Phase,
     RequestPhase,
 )
-from gpu_binder.binder.config import Config
-from gpu_binder.binder.context import Context, Memory
-from gpu_binder.binder.kubevirtcr import served_twice
-from gpu_binder.binder.plan import Plan
-from gpu_binder.binder.steps.moves import move_reason
-from gpu_binder.binder.steps.status import reported_degraded
-from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.binder import Config, move_reason, reported_degraded, served_twice
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
@@ -282,7 +277,7 @@ class Admitter:
 
     def _move_reason(self, target: Target, node: str, devices: list[GPUDevice]) -> str:
         """Why the binder moves this complete set off `node` before a VMI may start on it,
-        or "": its own rule (moves.move_reason), which its request path relocates by.
+        or "": its own rule (binder.move_reason), which its request path relocates by.
 
         Pinned there anyway, the VMI would never be scheduled, and as a live VMI it would
         hold the set in place. While another VMI of the VM is live, the binder moves
@@ -295,11 +290,7 @@ class Admitter:
         # from the GPUDegraded condition the binder sets on the node with it.
         found = self.world.nodes.get(node)
         degraded = {node} if found is not None and reported_degraded(found) else set()
-        now = self.clock()
-        ctx = Context(
-            self.world, self.config, now, Memory(degraded=degraded), Plan(self.world, now)
-        )
-        return move_reason(ctx, target.key, node, devices)
+        return move_reason(self.world, degraded, target.key, node, devices)
 
     def _alternatives(self, target: Target, vmi: Mapping[str, Any]) -> tuple[str, ...]:
         """Classes the order accepts in place of those its entries name: its VM's, else
@@ -405,7 +396,7 @@ class Admitter:
                 or not _bound_to(pinned.target, d)
                 or d.status.phase == Phase.LOST
                 or d.spec.node_name != pinned.pinning.node
-                or slot_resource(d) != slot_resource(cached)
+                or device_slot(d) != device_slot(cached)
             ):
                 return False
         return True

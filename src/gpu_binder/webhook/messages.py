@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.webhook.target import Target
 
 

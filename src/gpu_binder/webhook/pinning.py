@@ -8,13 +8,15 @@ What an entry names is cache.vmiorder's rule, the one the binder reads running V
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpu_binder.api.slots import device_slot, is_slot
 from gpu_binder.api.types import GPUClass, GPUDevice
-from gpu_binder.cache.deviceindex import slot_resource
-from gpu_binder.cache.vmiorder import is_slot_resource, resolve, slots_of
+from gpu_binder.cache.vmiorder import resolve, slots_of
+from gpu_binder.placement.options import serving
 
 Section = Literal["gpus", "hostDevices"]
 SECTIONS: tuple[Section, ...] = ("gpus", "hostDevices")
@@ -62,7 +64,7 @@ def slot_resource_limits(vmi: Mapping[str, Any]) -> list[str]:
     for field in ("requests", "limits"):
         names = resources.get(field)
         if isinstance(names, dict):
-            out.extend(n for n in names if isinstance(n, str) and is_slot_resource(n))
+            out.extend(n for n in names if isinstance(n, str) and is_slot(n))
     return sorted(set(out))
 
 
@@ -85,7 +87,7 @@ def order_of(entries: Iterable[Entry], classes: Mapping[str, GPUClass]) -> Order
         cls = classes.get(e.device_name)
         if cls is not None:
             by_class.setdefault(cls.metadata.name, []).append(e)
-        elif is_slot_resource(e.device_name):
+        elif is_slot(e.device_name):
             slots.append(e)
     return Order(by_class, slots)
 
@@ -102,15 +104,12 @@ def with_alternatives(
     named = [c for c in order.by_class if c in alternatives]
     if not named or len(set(alternatives)) < 2:
         return order
-    held: dict[str, int] = {}
-    for d in devices:
-        if d.status.class_name in alternatives:
-            held[d.status.class_name] = held.get(d.status.class_name, 0) + 1
-    if not held:
+    held = Counter(d.status.class_name for d in devices)
+    chosen = serving(alternatives, held)
+    if chosen is None:
         return order
-    serving = max(sorted(held), key=lambda c: held[c])
     by_class = {c: es for c, es in order.by_class.items() if c not in alternatives}
-    by_class[serving] = sorted(
+    by_class[chosen] = sorted(
         (e for c in named for e in order.by_class[c]), key=lambda e: (e.section, e.index)
     )
     return Order(by_class, order.slots)
@@ -184,11 +183,7 @@ def pin(
     chosen: list[GPUDevice] = []
     for e in order.slots:
         d = next(
-            (
-                d
-                for d in devices
-                if d.metadata.name not in used and slot_resource(d) == e.device_name
-            ),
+            (d for d in devices if d.metadata.name not in used and device_slot(d) == e.device_name),
             None,
         )
         if d is None:
@@ -214,7 +209,7 @@ def pin(
                 if cls is not None and e.device_name != cls.spec.resource_name:
                     rewrites.append((e, cls.spec.resource_name))
                 continue
-            slot = slot_resource(d)
+            slot = device_slot(d)
             if not slot:
                 return Refused(
                     f"GPU {d.metadata.name} on {d.spec.node_name} has no slot yet: its node "

@@ -45,11 +45,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.meta import controller_or_first
 from gpu_binder.api.pod import Pod
+from gpu_binder.api.slots import device_slot, is_slot
 from gpu_binder.api.types import DEVICES_ANNOTATION, GPUClass, GPUDevice
-from gpu_binder.binder.config import Config
-from gpu_binder.cache.deviceindex import slot_resource
-from gpu_binder.cache.vmiorder import is_slot_resource
+from gpu_binder.binder import Config
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
@@ -77,7 +77,7 @@ class Holdings:
 
 
 def holdings(resources: Mapping[str, int], class_by_resource: Mapping[str, GPUClass]) -> Holdings:
-    slots = {n: k for n, k in resources.items() if is_slot_resource(n)}
+    slots = {n: k for n, k in resources.items() if is_slot(n)}
     by_class: Counter[str] = Counter()
     for name, units in resources.items():
         cls = class_by_resource.get(name)
@@ -286,7 +286,7 @@ class PodPinner:
 
 def foreign_slots(slots: Mapping[str, int], devices: Sequence[GPUDevice]) -> list[str]:
     """Slot resources the pod holds beyond what the set's devices serve (each once)."""
-    served = Counter(s for d in devices if (s := slot_resource(d)))
+    served = Counter(s for d in devices if (s := device_slot(d)))
     return sorted(n for n, units in slots.items() if units > served[n])
 
 
@@ -300,7 +300,12 @@ def _owner(request: AdmissionRequest) -> str:
     """The VMI a pod is for, as its review names it, for the log."""
     meta = (request.object or {}).get("metadata")
     refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, dict) and ref.get("kind") == "VirtualMachineInstance":
-            return f"VMI {request.namespace}/{ref.get('name', '')}"
-    return f"an unowned pod in {request.namespace}"
+    owners = [
+        r
+        for r in (refs if isinstance(refs, list) else ())
+        if isinstance(r, dict) and r.get("kind") == "VirtualMachineInstance"
+    ]
+    ref = controller_or_first(owners, lambda r: r.get("controller") is True)
+    if ref is None:
+        return f"an unowned pod in {request.namespace}"
+    return f"VMI {request.namespace}/{ref.get('name', '')}"

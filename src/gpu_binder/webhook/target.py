@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_binder.api.meta import controller_or_first
 from gpu_binder.webhook.review import AdmissionRequest
 
 VM_KIND = "VirtualMachine"
@@ -102,9 +103,9 @@ def vm_owner(refs: object) -> tuple[str, str] | None:
         for r in refs
         if isinstance(r, dict) and r.get("kind") == VM_KIND and isinstance(r.get("name"), str)
     ]
-    if not owners:
+    best = controller_or_first(owners, lambda r: r.get("controller") is True)
+    if best is None:
         return None
-    best = next((r for r in owners if r.get("controller") is True), owners[0])
     return str(best["name"]), str(best.get("uid") or "")
 
 

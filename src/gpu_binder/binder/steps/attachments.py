@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
@@ -15,6 +16,14 @@ from gpu_binder.api.types import (
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.cache.world import vm_key_of_vmi
+
+
+@dataclass
+class AttachmentsMemory:
+    # When an attachment without a complete set was first seen, to adopt after the grace,
+    # by "<VMI key>/<uid>"; and those whose adoption found no free devices (the metric).
+    unmanaged_since: dict[str, datetime] = field(default_factory=dict)
+    unadopted: set[str] = field(default_factory=set)
 
 
 def attachments(ctx: Context) -> None:
@@ -44,7 +53,7 @@ def attachments(ctx: Context) -> None:
 def _managed(ctx: Context, vmi_key: str, uid: str) -> None:
     """The VMI no longer waits for adoption: adopted, complete, ended or gone."""
     seen_key = f"{vmi_key}/{uid}"
-    memory = ctx.memory
+    memory = ctx.memory.of(AttachmentsMemory)
     memory.unmanaged_since.pop(seen_key, None)
     memory.unadopted.discard(seen_key)
     ctx.unsay(f"adopt/{vmi_key}")
@@ -54,7 +63,7 @@ def _prune_unmanaged(ctx: Context) -> None:
     """On a resync sweep, forget VMIs that are gone without being seen to end: this costs
     the unmanaged VMIs, which the sweep decides about anyway (none of them is clean)."""
     vmis = ctx.world.vmis
-    for seen_key in list(ctx.memory.unmanaged_since):
+    for seen_key in list(ctx.memory.of(AttachmentsMemory).unmanaged_since):
         vmi_key, _, uid = seen_key.rpartition("/")
         vmi = vmis.get(vmi_key)
         if vmi is None or vmi.metadata.uid != uid or not vmi.live:
@@ -103,8 +112,14 @@ def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
     device was another VM's until the bind (a reservation, or an attachment whose detach
     the device forgot when its agent wrote it anew), and billing the VMI from its
     Scheduled time billed that GPU twice (invariant 11). Only an adoption binds a device
-    the VMI held already, so its binding says nothing of when the use began."""
+    the VMI held already, so its binding says nothing of when the use began.
+
+    Nor before this binder saw the VMI unstarted (World.seen_unstarted): the Scheduled
+    time is stamped by virt-controller's clock, which may be minutes behind."""
     since = vmi.started_at or ctx.now
+    unstarted = ctx.world.seen_unstarted.get(vmi.metadata.uid)
+    if unstarted is not None and unstarted > since:
+        since = unstarted
     detached = d.status.detached_at
     if detached is not None and detached > since:
         since = detached
@@ -160,7 +175,7 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     if not exact and not by_count:
         _managed(ctx, vmi.key, vmi.metadata.uid)
         return True
-    first = ctx.memory.unmanaged_since.setdefault(seen_key, ctx.now)
+    first = ctx.memory.of(AttachmentsMemory).unmanaged_since.setdefault(seen_key, ctx.now)
     if ctx.now - first < ctx.config.attachment_grace:
         return False  # a bind request may still be in flight for it
     _adopt(ctx, vmi, key, exact, by_count, ref)
@@ -257,4 +272,5 @@ def _adopt(
 
 def _unadopted(ctx: Context, vmi: VirtualMachineInstance, key: str, message: str) -> None:
     ctx.say(f"adopt/{vmi.key}", ops.vm_note(ctx, key, "GPUUnmanaged", message, warning=True))
-    ctx.memory.unadopted.add(f"{vmi.key}/{vmi.metadata.uid}")  # the metric counts it
+    # The metric counts it.
+    ctx.memory.of(AttachmentsMemory).unadopted.add(f"{vmi.key}/{vmi.metadata.uid}")

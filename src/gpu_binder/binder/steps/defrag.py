@@ -15,13 +15,12 @@ and the orders step binds the order then). A VM whose owner asked for a node
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
-from gpu_binder.binder import ops
+from gpu_binder.binder import ops, placing
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.placing import usable
-from gpu_binder.binder.steps.completion import complete
 from gpu_binder.placement import options
 
 # Sets moved per pass at most: moves cost the tenants of stopped VMs nothing, but each
@@ -50,28 +49,35 @@ class Room:
     victims: tuple[Victim, ...]
 
 
+@dataclass
+class DefragMemory:
+    # Per node: its bound devices by VM key, as of a device generation (_bound_on).
+    bound_on_node: dict[str, tuple[int, dict[str, list[GPUDevice]]]] = field(default_factory=dict)
+
+
 def defrag(ctx: Context) -> None:
-    if not (ctx.scope.full or ctx.memory.defrag_wanted):
+    waiting = ctx.memory.waiting
+    if not (ctx.scope.full or waiting.defrag_wanted):
         return
-    ctx.memory.defrag_wanted = False
+    waiting.defrag_wanted = False
     world = ctx.world
     clean = ctx.memory.verdicts("defrag")
     budget, examined = MOVES_PER_PASS, 0
-    for key in sorted(ctx.memory.unplaceable, key=lambda k: (_created(ctx, k), k)):
+    for key in sorted(waiting.unplaceable, key=lambda k: (_created(ctx, k), k)):
         if budget <= 0 or examined >= ORDERS_PER_PASS:
             break
         if clean.get(key) == world.devices.gen or not wants_to_run(ctx, key):
             continue
-        if key in ctx.memory.quota_blocked:
+        if key in waiting.quota_blocked:
             continue  # its quota, not room, holds it back: moving others would not help
         examined += 1
         moved = make_room(ctx, key, budget)
         if moved:
             budget -= moved
-            ctx.memory.defrag_wanted = True  # the next pass goes on with it
+            waiting.defrag_wanted = True  # the next pass goes on with it
             order = world.order_of(key)
             if complete(ctx, key, order, BindReason.ORDER, may_move=True).ok:
-                ctx.memory.unplaceable.pop(key, None)
+                waiting.unplaceable.pop(key, None)
         else:
             clean[key] = world.devices.gen  # nothing changed: the same search finds nothing
 
@@ -115,7 +121,7 @@ def make_room(ctx: Context, key: str, budget: int = MOVES_PER_PASS) -> int:
     savepoint = ctx.plan.savepoint()
     for v in room.victims[:budget]:
         vorder = world.order_of(v.key)
-        placed = ops.place(ctx, vorder, exclude=room.node, key=v.key)
+        placed = placing.place(ctx, vorder, exclude=room.node, key=v.key)
         if placed is None:
             # The one before took its place. Moving only some of this pass's sets would make
             # no room, and the next pass's search would move them back: all, or none.
@@ -158,7 +164,7 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
         if devices.free_count.get(class_name, 0) < count:
             continue  # moves keep the class's free GPUs as many: too few to make room
         for node in devices.class_nodes.get(class_name, {}):
-            if not usable(ctx, node):
+            if not placing.usable(ctx, node):
                 continue
             free = len(devices.free_on(class_name, node))
             cpu_free, memory_free = devices.resources.free(node)
@@ -183,7 +189,8 @@ def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
     last search found them."""
     devices = ctx.world.devices
     gen = devices.node_gen.get(node, 0)
-    cached = ctx.memory.bound_on_node.get(node)
+    memory = ctx.memory.of(DefragMemory)
+    cached = memory.bound_on_node.get(node)
     if cached is not None and cached[0] == gen:
         return cached[1]
     by_key: dict[str, list[GPUDevice]] = {}
@@ -191,7 +198,7 @@ def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
         d = devices.by_name[name]
         if d.status.binding is not None:
             by_key.setdefault(d.status.binding.vm.key, []).append(d)
-    ctx.memory.bound_on_node[node] = (gen, by_key)
+    memory.bound_on_node[node] = (gen, by_key)
     return by_key
 
 
@@ -242,7 +249,7 @@ def _fewest(victims: list[Victim], need: tuple[int, int, int]) -> tuple[Victim, 
 
 
 def _fits_elsewhere(ctx: Context, key: str, node: str) -> bool:
-    return ops.place(ctx, ctx.world.order_of(key), exclude=node, key=key) is not None
+    return placing.place(ctx, ctx.world.order_of(key), exclude=node, key=key) is not None
 
 
 def _created(ctx: Context, key: str) -> str:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from gpu_binder.api.meta import Condition, utc
-from gpu_binder.api.types import FINALIZER, GPUClass, GPUDevice, Phase
+from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.queries import matching_classes
 
 
 def finalizers(ctx: Context) -> None:
@@ -16,22 +17,6 @@ def finalizers(ctx: Context) -> None:
         ctx.plan.device_update(d.model_copy(update={"metadata": meta}))
 
 
-def matching_classes(ctx: Context, d: GPUDevice) -> list[GPUClass]:
-    node = ctx.world.nodes.get(d.spec.node_name)
-    labels = node.metadata.labels if node is not None else {}
-    out = []
-    for cls in ctx.world.classes.values():
-        m = cls.spec.match
-        if m.vendor_id != d.spec.vendor_id:
-            continue
-        if m.device_ids and d.spec.device_id not in m.device_ids:
-            continue
-        if any(labels.get(k) != v for k, v in m.node_selector.items()):
-            continue
-        out.append(cls)
-    return out
-
-
 def classify(ctx: Context) -> None:
     """A device's class follows its spec; a new device starts Available, a reset one too."""
     world = ctx.world
@@ -40,7 +25,7 @@ def classify(ctx: Context) -> None:
         d = devices.get(name)
         if d is None:
             continue
-        classes = matching_classes(ctx, d)
+        classes = matching_classes(world, d)
         class_name = classes[0].metadata.name if len(classes) == 1 else ""
         phase = d.status.phase or Phase.AVAILABLE
         conditions = d.status.conditions

@@ -15,6 +15,8 @@ and LiveMigrateIfPossible the pod is evicted: the guest shuts down and its set m
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
@@ -47,11 +49,17 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+@dataclass
+class DrainsMemory:
+    # Orders whose VMI was said to block a drain, to unsay once it does not.
+    blocked: set[str] = field(default_factory=set)
+
+
 def drains(ctx: Context) -> None:
     world = ctx.world
     devices = world.devices
     flagged = {devices.by_name[n].spec.node_name for n in devices.drain_flagged}
-    said = ctx.memory.drain_blocked
+    said = ctx.memory.of(DrainsMemory).blocked
     still: set[str] = set()
     for node in sorted(world.cordoned | flagged):
         blockers = blocking(ctx, node) if node in world.cordoned else {}

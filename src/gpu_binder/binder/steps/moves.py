@@ -2,46 +2,32 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.types import NODE_ANNOTATION, BindReason, GPUDevice, Phase
-from gpu_binder.binder import ops
+from dataclasses import dataclass, field
+
+from gpu_binder.api.types import BindReason, Phase
+from gpu_binder.binder import ops, placing
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.queries import in_place, move_reason
 from gpu_binder.cache.deviceindex import set_node
 
 
-def held(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:
-    """A set with a live VMI, scheduled or not, stays where it is."""
-    return bool(ctx.world.live_vmis(key)) or any(d.status.attachment for d in devs)
-
-
-def move_reason(ctx: Context, key: str, node: str, devs: list[GPUDevice]) -> str:
-    world = ctx.world
-    vm = world.vms.get(key)
-    wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
-    if wanted and wanted != node:
-        return f"the VM asks for node {wanted}"
-    n = world.nodes.get(node)
-    if n is None:
-        return f"node {node} is gone"
-    if n.unschedulable:
-        return f"node {node} is cordoned"
-    if not n.ready:
-        return f"node {node} is not Ready"
-    if node in ctx.memory.degraded:
-        return f"node {node} is degraded"
-    for d in devs:
-        if d.spec.unschedulable:
-            return f"device {d.metadata.name} is marked unschedulable"
-    return ""
+@dataclass
+class MovesMemory:
+    # Sets that must move but found no room, retried when something frees (the capacity
+    # generation last retried in).
+    blocked: set[str] = field(default_factory=set)
+    checked: int = -1
 
 
 def moves(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.verdicts("moves")
-    blocked = ctx.memory.blocked_moves
+    memory = ctx.memory.of(MovesMemory)
+    blocked = memory.blocked
     keys = ctx.scope.set_keys(world, clean)
-    if blocked and ctx.memory.blocked_checked != world.capacity_gen:
+    if blocked and memory.checked != world.capacity_gen:
         # Something freed: a set that could not move may move now.
-        ctx.memory.blocked_checked = world.capacity_gen
+        memory.checked = world.capacity_gen
         listed = set(keys)
         keys = keys + sorted(k for k in blocked if k in world.devices.by_vm and k not in listed)
     for key in keys:
@@ -52,44 +38,25 @@ def moves(ctx: Context) -> None:
         devs = world.devices.set_of(key)
         if not devs:
             continue
-        if held(ctx, key, devs):
+        if in_place(world, key, devs):
             # A VMI's start or end changes the key, and with it this verdict.
             clean[key] = _signature(ctx, key, devs[0].spec.node_name)
             continue
         node = set_node(devs)
-        why = move_reason(ctx, key, node, devs)
+        why = move_reason(world, ctx.memory.degraded, key, node, devs)
         if not why:
             blocked.discard(key)
             ctx.unsay(f"move/{key}")
             clean[key] = _signature(ctx, key, node)
             continue
         order = world.order_of(key)
-        refusal = relocate(ctx, key, order, devs, node, why)
+        refusal = ops.relocate(ctx, key, order, devs, node, why)
         if refusal:
             blocked.add(key)
             ctx.say(f"move/{key}", ops.vm_note(ctx, key, "GPUMoveBlocked", refusal, warning=True))
             continue
         blocked.discard(key)
         ctx.unsay(f"move/{key}")
-
-
-def relocate(
-    ctx: Context, key: str, order: dict[str, int], devs: list[GPUDevice], node: str, why: str
-) -> str:
-    """Move the set whole off node (to the node its VM asks for, if it does): bind on the
-    target first, then release the old devices. Returns why it cannot, or ""."""
-    vm = ctx.world.vms.get(key)
-    wanted = vm.metadata.annotations.get(NODE_ANNOTATION) if vm is not None else None
-    only = wanted if wanted and wanted != node else None
-    placed = ops.place(ctx, order, only=only, exclude=node, key=key)
-    if placed is None:
-        target = f" to {only}" if only else ""
-        return f"{why}, but the set cannot move{target}: {ops.shortfall(ctx, order)}"
-    for d in placed.devices:
-        ops.bind(ctx, d, key, BindReason.MOVE, f"{why}; moved from {node}")
-    for d in devs:
-        ops.release(ctx, d, f"{why}; the set moved to {placed.node}")
-    return ""
 
 
 def _signature(ctx: Context, key: str, node: str) -> tuple[object, ...]:
@@ -110,7 +77,7 @@ def rebind_lost(ctx: Context) -> None:
     )
     for key in keys:
         devs = world.devices.set_of(key)
-        if held(ctx, key, devs):
+        if in_place(world, key, devs):
             continue  # a running tenant keeps its Lost GPU until its VMI ends
         lost = [d for d in devs if d.status.phase == Phase.LOST]
         healthy = [d for d in devs if d.status.phase != Phase.LOST]
@@ -118,7 +85,7 @@ def rebind_lost(ctx: Context) -> None:
         need: dict[str, int] = {}
         for d in lost:
             need[d.status.class_name] = need.get(d.status.class_name, 0) + 1
-        placed = ops.place(ctx, need, only=node, key=key) if healthy else None
+        placed = placing.place(ctx, need, only=node, key=key) if healthy else None
         if placed is not None:
             for d in placed.devices:
                 ops.bind(ctx, d, key, BindReason.REBIND, f"replaces a Lost device on {node}")
@@ -126,7 +93,7 @@ def rebind_lost(ctx: Context) -> None:
                 ops.release(ctx, d, f"it is Lost ({d.status.lost_reason}); replaced on {node}")
             continue
         order = world.order_of(key)
-        whole = ops.place(ctx, order, exclude=node, key=key) if order else None
+        whole = placing.place(ctx, order, exclude=node, key=key) if order else None
         if whole is not None:
             for d in whole.devices:
                 ops.bind(
@@ -147,7 +114,7 @@ def rebind_lost(ctx: Context) -> None:
                 ctx,
                 key,
                 "GPURebindBlocked",
-                f"a Lost device left the set and nothing fits: {ops.shortfall(ctx, order)}",
+                f"a Lost device left the set and nothing fits: {placing.shortfall(ctx, order)}",
                 warning=True,
             ),
         )

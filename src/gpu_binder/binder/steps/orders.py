@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpu_binder.api.types import BindReason, GPUDevice
 from gpu_binder.binder import ops
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.steps.completion import complete, current_set, missing
-from gpu_binder.binder.steps.status import largest_free_set
+from gpu_binder.binder.deadlines import Deadlines
+from gpu_binder.binder.queries import current_set, largest_free_set, missing
+
+
+@dataclass
+class OrdersMemory:
+    # The capacity generation the orders waiting for room (Memory.waiting) were last
+    # retried in: something freed since, and they are retried.
+    unplaceable_checked: int = -1
+    # Clean orders whose verdict a clock will change (a reservation running out).
+    order_deadlines: Deadlines = field(default_factory=Deadlines)
 
 
 def order_keys(ctx: Context) -> list[str]:
@@ -16,23 +27,24 @@ def order_keys(ctx: Context) -> list[str]:
     world = ctx.world
     scope = ctx.scope
     clean = ctx.memory.verdicts("orders")
+    mine, waiting = ctx.memory.of(OrdersMemory), ctx.memory.waiting
     if scope.full:
         # Keys found clean keep their verdict until an event or their deadline comes.
-        deadlines = ctx.memory.order_deadlines
+        deadlines = mine.order_deadlines
         wanted = set(scope.sweep(world.vms, clean)) | scope.changed_keys(world)
         wanted.update(deadlines.due(ctx.now))
-        wanted.update(ctx.memory.unplaceable)
+        wanted.update(waiting.unplaceable)
         wanted.update(world.standalone)
         candidates = sorted(wanted)
     else:
         changed = ctx.scope.changed_keys(world)
-        if ctx.memory.unplaceable_checked != world.capacity_gen:
+        if mine.unplaceable_checked != world.capacity_gen:
             # Something freed: orders that found no room may find it now.
-            ctx.memory.unplaceable_checked = world.capacity_gen
-            changed = changed | set(ctx.memory.unplaceable)
+            mine.unplaceable_checked = world.capacity_gen
+            changed = changed | set(waiting.unplaceable)
         # A GPU given up in its namespace: an order its quota held back may fit now.
         changed = changed | {
-            k for k in ctx.memory.quota_blocked if ctx.memory.unplaceable.get(k) != _memo(ctx, k)
+            k for k in waiting.quota_blocked if waiting.unplaceable.get(k) != _memo(ctx, k)
         }
         candidates = sorted(changed)
     keys = []
@@ -42,7 +54,7 @@ def order_keys(ctx: Context) -> list[str]:
             if vm.metadata.deletion_timestamp is None:
                 keys.append(k)
             else:
-                ctx.memory.unplaceable.pop(k, None)  # going: it waits for room no more
+                waiting.unplaceable.pop(k, None)  # going: it waits for room no more
         # A standalone VMI being deleted runs on until it ends, but is placed nothing new.
         elif any(v.vm_name is None and not v.being_deleted for v in world.live_vmis(k)):
             keys.append(k)
@@ -58,9 +70,9 @@ def _forget(ctx: Context, key: str) -> None:
     """The order is gone (its VM, or its standalone VMI): its deletion touched its key, so
     this costs a lookup per change, and memory holds only orders that exist."""
     memory = ctx.memory
-    memory.order_deadlines.discard(key)  # nothing left to run out
-    memory.unplaceable.pop(key, None)
-    memory.quota_blocked.discard(key)
+    memory.of(OrdersMemory).order_deadlines.discard(key)  # nothing left to run out
+    memory.waiting.unplaceable.pop(key, None)
+    memory.waiting.quota_blocked.discard(key)
     for step in ("orders", "defrag"):  # the verdicts kept about orders waiting for room
         clean = memory.verdicts(step)
         clean.pop(key, None)
@@ -71,10 +83,11 @@ def _forget(ctx: Context, key: str) -> None:
 
 def _settled(ctx: Context, key: str, signature: object, deadline: datetime) -> None:
     ctx.memory.verdicts("orders")[key] = (signature, deadline)
+    deadlines = ctx.memory.of(OrdersMemory).order_deadlines
     if deadline.year < datetime.max.year:
-        ctx.memory.order_deadlines.set(key, deadline)
+        deadlines.set(key, deadline)
     else:
-        ctx.memory.order_deadlines.discard(key)
+        deadlines.discard(key)
 
 
 def release_after(ctx: Context, order: dict[str, int]) -> timedelta | None:
@@ -102,7 +115,9 @@ def orders(ctx: Context) -> None:
     world = ctx.world
     todo: list[tuple[datetime, str, dict[str, int]]] = []
     clean = ctx.memory.verdicts("orders")
-    unplaceable = ctx.memory.unplaceable
+    waiting = ctx.memory.waiting
+    unplaceable = waiting.unplaceable
+    deadlines = ctx.memory.of(OrdersMemory).order_deadlines
     for key in order_keys(ctx):
         memo = unplaceable.get(key)
         if memo is not None and memo == _memo(ctx, key):
@@ -113,7 +128,7 @@ def orders(ctx: Context) -> None:
             continue
         # Judged anew: it is clean again only if this judgement finds it so.
         clean.forget(key)
-        ctx.memory.order_deadlines.discard(key)
+        deadlines.discard(key)
         order = world.order_of(key)
         if not order:
             continue
@@ -135,8 +150,8 @@ def orders(ctx: Context) -> None:
                         _settled(ctx, key, signature, deadline)  # until it starts or changes
                     continue
                 deadline = since + limit  # the reservation runs out then, with no event
-        if not missing(order, current_set(ctx, key)):
-            ctx.memory.unplaceable.pop(key, None)
+        if not missing(order, current_set(world, key)):
+            waiting.unplaceable.pop(key, None)
             _settled(ctx, key, signature, deadline)
             continue
         running_on = {v.node_name for v in live if v.node_name}
@@ -155,22 +170,22 @@ def orders(ctx: Context) -> None:
         outcome = complete(ctx, key, order, BindReason.ORDER, may_move=not world.live_vmis(key))
         largest.clear()  # a bind changes what is free
         if outcome.ok:
-            ctx.memory.unplaceable.pop(key, None)
-            ctx.memory.quota_blocked.discard(key)
+            waiting.unplaceable.pop(key, None)
+            waiting.quota_blocked.discard(key)
             ctx.unsay(f"order/{key}")
         elif outcome.quota is not None:
             # It waits for its namespace's GPUs or quota, not for room: no room is made.
-            ctx.memory.quota_blocked.add(key)
-            ctx.memory.unplaceable[key] = _memo(ctx, key)
+            waiting.quota_blocked.add(key)
+            waiting.unplaceable[key] = _memo(ctx, key)
             ctx.say(
                 f"order/{key}",
                 ops.vm_note(ctx, key, "GPUQuotaExceeded", outcome.message, warning=True),
             )
         else:
-            ctx.memory.quota_blocked.discard(key)
-            if key not in ctx.memory.unplaceable:
-                ctx.memory.defrag_wanted = True  # a new order waits: room may be made for it
-            ctx.memory.unplaceable[key] = _memo(ctx, key)
+            waiting.quota_blocked.discard(key)
+            if key not in waiting.unplaceable:
+                waiting.defrag_wanted = True  # a new order waits: room may be made for it
+            waiting.unplaceable[key] = _memo(ctx, key)
             ctx.say(
                 f"order/{key}",
                 ops.vm_note(
@@ -184,20 +199,21 @@ def _hopeless(ctx: Context, key: str, order: dict[str, int], largest: dict[str, 
 
     Retrying it would cost a search of every node and say what it said before.
     """
-    if key not in ctx.memory.unplaceable:
+    unplaceable = ctx.memory.waiting.unplaceable
+    if key not in unplaceable:
         return False
-    if ctx.memory.unplaceable[key] == _memo(ctx, key):
+    if unplaceable[key] == _memo(ctx, key):
         return True  # nothing freed and nothing ordered anew since it last failed
     if ctx.world.alternatives_of(key):
         return False  # another class may have room: only the placement itself can tell
-    have = current_set(ctx, key)
+    have = current_set(ctx.world, key)
     need = missing(order, have)
     for class_name, count in need.items():
         if class_name not in largest:
-            largest[class_name] = largest_free_set(ctx, class_name)
+            largest[class_name] = largest_free_set(ctx.world, ctx.memory.degraded, class_name)
         if largest[class_name] >= count:
             return False
-    ctx.memory.unplaceable[key] = _memo(ctx, key)
+    unplaceable[key] = _memo(ctx, key)
     return True
 
 

@@ -10,6 +10,7 @@ from gpu_binder.api.types import USAGE_FINALIZER, RecordKind, usage_record_name
 from gpu_binder.binder import ledger
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.intervals import attached_end, attached_open, in_use
+from gpu_binder.binder.writes import Create, Finalizers, SyncCopy, Update
 
 
 def usage_records(ctx: Context) -> None:
@@ -19,6 +20,7 @@ def usage_records(ctx: Context) -> None:
     # What was judged already, by object identity: an unchanged pair needs no new look.
     opened = ctx.memory.verdicts("records-open")
     judged = ctx.memory.verdicts("records-close")
+    found_closed = ledger.remember_closed(ctx.memory.closed_records)
     for name in scope.devices_of_interest(world, world.devices.attached):
         d = world.devices.by_name[name]
         att = d.status.attachment
@@ -32,13 +34,14 @@ def usage_records(ctx: Context) -> None:
             continue
         rname = usage_record_name(att.vmi.uid, name)
         # Recorded: open in the cache, or found closed already (only open ones are cached;
-        # see Reconciler._write) — an interval is never opened twice.
+        # the create remembers one it finds closed) — an interval is never opened twice.
         if f"{book}/{rname}" in world.records or ctx.memory.closed_records.get(
             (name, RecordKind.ATTACHED)
         ) == (book, rname):
             opened[name] = (d, vmi)
             continue
-        ledger.stage(ctx.plan, "create", ledger.attached(d, book), book, world.copies.get(rname))
+        create = Create(ledger.attached(d, book), on_exists=found_closed)
+        ledger.stage(ctx.plan, create, book, world.copies.get(rname))
     keys: list[str] = []
     if scope.full:
         keys = sorted(
@@ -72,21 +75,22 @@ def usage_records(ctx: Context) -> None:
             judged[key] = (rec, dev, vmi, copy)
             continue
         end = attached_end(world, ctx.now, rec, dev)
-        ledger.stage(ctx.plan, "update", ledger.closed(rec, end), book, copy)
+        ledger.stage(ctx.plan, Update(ledger.closed(rec, end)), book, copy)
     close_orphan_copies(ctx)
 
 
 def close_orphan_copies(ctx: Context) -> None:
     """An open copy whose record is not open any more (its close was written, the
     copy's failed) is written as the ledger says: the reconciler reads the record for it
-    (verb "sync-copy"), since closed records are not cached."""
+    (SyncCopy), since closed records are not cached. A copy tried is not tried again
+    while it stays the same object."""
     tried = ctx.memory.orphans_tried
     for name in [n for n in tried if n not in ctx.world.orphan_copies]:
         del tried[name]
     for name in sorted(ctx.world.orphan_copies):
         copy = ctx.world.copies[name]
         if tried.get(name) is not copy:
-            ctx.plan.write("sync-copy", copy)
+            ctx.plan.write(SyncCopy(copy, on_tried=lambda c: tried.update({c.metadata.name: c})))
 
 
 def usage_finalizers(ctx: Context) -> None:
@@ -111,7 +115,7 @@ def usage_finalizers(ctx: Context) -> None:
         finalizers = tuple(f for f in vmi.metadata.finalizers if f != USAGE_FINALIZER)
         meta = vmi.metadata.model_copy(update={"finalizers": finalizers})
         ctx.plan.write(
-            "finalizers", VirtualMachineInstance.from_dict({**vmi.raw, "metadata": meta.to_dict()})
+            Finalizers(VirtualMachineInstance.from_dict({**vmi.raw, "metadata": meta.to_dict()}))
         )
 
 

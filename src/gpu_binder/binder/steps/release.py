@@ -6,6 +6,7 @@ from gpu_binder.api.types import FINALIZER, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.intervals import in_use
+from gpu_binder.binder.plan import Decision
 
 
 def release_deleted(ctx: Context) -> None:
@@ -26,10 +27,10 @@ def release_deleted(ctx: Context) -> None:
         ctx.plan.device_update(d.model_copy(update={"metadata": meta}))
         if d.status.binding is not None:
             ctx.plan.note(
-                ops.vm_note(
+                ops.decision_note(
                     ctx,
                     d.status.binding.vm.key,
                     "GPUReleased",
-                    f"released {name}: the device was deleted",
+                    Decision("released", (name,), "", "the device was deleted"),
                 )
             )

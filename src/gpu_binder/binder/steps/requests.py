@@ -14,13 +14,16 @@ standalone VMI's request has no owner to be garbage-collected with.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpu_binder.api.types import BindReason, GPUBindRequest, RequestPhase
 from gpu_binder.binder import ops
+from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.steps.completion import complete, request_alternatives
-from gpu_binder.binder.steps.moves import move_reason, relocate
+from gpu_binder.binder.deadlines import Deadlines
+from gpu_binder.binder.queries import move_reason
+from gpu_binder.binder.writes import Delete, Status
 from gpu_binder.cache.deviceindex import set_node
 
 # An answered request lives this many bind timeouts before the binder deletes it: its
@@ -29,6 +32,12 @@ LEFT_AFTER_TIMEOUTS = 4
 # Deletions per pass: a backlog (webhooks down for a while) goes over a few passes,
 # and never delays the answers a pass makes.
 DELETIONS_PER_PASS = 50
+
+
+@dataclass
+class RequestsMemory:
+    # Answered bind requests, by key, due for deletion should their webhook not delete them.
+    expiry: Deadlines = field(default_factory=Deadlines)
 
 
 def bind_requests(ctx: Context) -> None:
@@ -66,7 +75,7 @@ def _delete_left(ctx: Context) -> None:
     the deadlines as this binder answers them, and on its first sweep (or a class change)
     those answered before it, by an earlier leader."""
     world = ctx.world
-    expiry = ctx.memory.request_expiry
+    expiry = ctx.memory.of(RequestsMemory).expiry
     if ctx.scope.exhaustive:
         for rkey, req in world.requests.items():
             if req.status.phase != RequestPhase.PENDING:
@@ -85,7 +94,7 @@ def _delete_left(ctx: Context) -> None:
         if deleted >= DELETIONS_PER_PASS:
             break  # the rest stay due for the next pass
         # Kept in the deadlines until the world has it gone, so a failed delete is retried.
-        ctx.plan.write("delete", left)
+        ctx.plan.write(Delete(left))
         deleted += 1
 
 
@@ -112,8 +121,8 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
         # admitted there, the VMI would never be scheduled, and as a live VMI it would
         # hold the set in place for good. The moves step may not have run since.
         node = set_node(devs)
-        why = move_reason(ctx, key, node, devs)
-        blocked = relocate(ctx, key, order, devs, node, why) if why else ""
+        why = move_reason(world, ctx.memory.degraded, key, node, devs)
+        blocked = ops.relocate(ctx, key, order, devs, node, why) if why else ""
         if blocked:
             _reply(ctx, req, "", (), blocked)
             _refuse(ctx, key, blocked)
@@ -126,6 +135,13 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
     else:
         reason = "GPUQuotaExceeded" if outcome.quota is not None else "GPURefused"
         _refuse(ctx, key, outcome.message, reason)
+
+
+def request_alternatives(req: GPUBindRequest) -> tuple[str, ...] | None:
+    """The classes a bind request accepts in place of those it names; None when it
+    names none (the VM's own then count, see completion.complete)."""
+    named = [c for r in req.spec.requests for c in (r.alternatives or ())]
+    return tuple(dict.fromkeys(named)) if named else None
 
 
 def _refuse(ctx: Context, key: str, message: str, reason: str = "GPURefused") -> None:
@@ -148,6 +164,7 @@ def _reply(
             "answered_at": ctx.now,
         }
     )
-    ctx.plan.write("status", req.model_copy(update={"status": status}))
+    ctx.plan.write(Status(req.model_copy(update={"status": status})))
     key = f"{req.metadata.namespace}/{req.metadata.name}"
-    ctx.memory.request_expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)
+    expiry = ctx.memory.of(RequestsMemory).expiry
+    expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)

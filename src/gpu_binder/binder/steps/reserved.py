@@ -14,6 +14,7 @@ from gpu_binder.api.types import RecordKind, reserved_record_name
 from gpu_binder.binder import ledger
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.intervals import Reservation, reservation, reserved_end
+from gpu_binder.binder.writes import OpenRecord, Update
 
 
 def reserved_records(ctx: Context) -> None:
@@ -35,9 +36,10 @@ def reserved_records(ctx: Context) -> None:
         ):
             opened[name] = d
             continue
-        # "open": the reconciler creates it, and its copy, under the next name of its
-        # sequence when an interval that began at the same instant took the name.
-        ctx.plan.write("open", ledger.reserved(d, r, book))
+        # Created with its copy, under the next name of its sequence when an interval that
+        # began at the same instant took the name; found closed, it is not opened again.
+        found = ledger.remember_closed(ctx.memory.closed_records)
+        ctx.plan.write(OpenRecord(ledger.reserved(d, r, book), on_opened=found))
     if scope.full:
         names = sorted(world.open_reserved)
     else:
@@ -60,7 +62,7 @@ def reserved_records(ctx: Context) -> None:
                 ledger.keep_copy(ctx.plan, world.copies, rec, book)
                 judged[key] = (rec, dev, copy)
                 continue
-            ledger.stage(ctx.plan, "update", ledger.closed(rec, end), book, copy)
+            ledger.stage(ctx.plan, Update(ledger.closed(rec, end)), book, copy)
 
 
 def _recorded(ctx: Context, device: str, r: Reservation) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpu_binder.api.types import BindReason, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.cache.deviceindex import set_node
 
 
@@ -20,12 +22,19 @@ def order_exists(ctx: Context, key: str) -> bool:
     return any(v.vm_name is None and not v.being_deleted for v in ctx.world.live_vmis(key))
 
 
+@dataclass
+class SetsMemory:
+    # Sets held for the VMI their bind request was for (awaiting_vmi), due when the wait
+    # ends: a ghost's set goes then, not at the next resync.
+    vmi_arrivals: Deadlines = field(default_factory=Deadlines)
+
+
 def sets(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.verdicts("sets")
     keys = ctx.scope.set_keys(world, clean)
     # Sets whose wait for their request's VMI ended: decided now, by no event (_await_vmi).
-    arrivals = ctx.memory.vmi_arrivals
+    arrivals = ctx.memory.of(SetsMemory).vmi_arrivals
     due = arrivals.due(ctx.now)
     for key in due:
         arrivals.discard(key)
@@ -87,7 +96,7 @@ def _await_vmi(ctx: Context, key: str, devs: list[GPUDevice]) -> bool:
     end = awaiting_vmi(ctx, devs)
     if end is None:
         return False
-    ctx.memory.vmi_arrivals.set(key, end)
+    ctx.memory.of(SetsMemory).vmi_arrivals.set(key, end)
     return True
 
 

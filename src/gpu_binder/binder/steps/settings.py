@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpu_binder.api.slots import parse_slot
+from gpu_binder.api.types import GROUP
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import CREATED_ANNOTATION, pci_host_devices
 from gpu_binder.binder.plan import Note
+from gpu_binder.binder.writes import Apply
 
-SLOT_PREFIX = "gpu.cozystack.io/"
+# Names under the binder's own API group: the slot resources (api.slots) and no others.
+SLOT_PREFIX = f"{GROUP}/"
 # The resourceNames of the entries the binder wrote, comma-separated, sorted.
 OWNED_ANNOTATION = "gpu.cozystack.io/permitted-host-devices"
 
@@ -45,11 +49,11 @@ def render(ctx: Context) -> list[dict[str, Any]]:
                     }
                 )
             continue
-        prefix = f"{SLOT_PREFIX}{vendor.lower()}-"
         for resource in sorted(slots):
-            if not resource.startswith(prefix):
+            slot = parse_slot(resource)
+            if slot is None or slot.vendor != vendor.lower():
                 continue
-            device_id = resource[len(prefix) :].split("-s")[0]
+            device_id = slot.device
             if cls.spec.match.device_ids and f"0x{device_id}" not in cls.spec.match.device_ids:
                 continue
             out.append(
@@ -129,7 +133,7 @@ def settings(ctx: Context) -> None:
         # forced apply takes it over, and what it writes is what was there plus ours.
         "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": merged}}},
     }
-    ctx.plan.write("apply", _Applied(key, body), note)
+    ctx.plan.write(Apply(_Applied(key, body)), note)
 
 
 class _Applied:

@@ -2,60 +2,47 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.kubevirt import Node
+from dataclasses import dataclass, field
+from datetime import datetime
+
 from gpu_binder.api.meta import Condition, set_condition
+from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import GPUClass, GPUDevice, Phase
 from gpu_binder.binder import ops, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import list_created, served_twice
 from gpu_binder.binder.plan import Note
-from gpu_binder.binder.steps.devices import matching_classes
-from gpu_binder.cache.deviceindex import slot_resource
+from gpu_binder.binder.queries import largest_free_set, matching_classes, reported_degraded
+from gpu_binder.binder.writes import NodeCondition, Status
 
 
-def largest_free_set(ctx: Context, class_name: str) -> int:
-    """The largest set of the class one node could take now: its most free devices, or
-    under NUMA or NVLink topology the most that placement would pick there."""
-    groups = ctx.world.devices.states.groups.get(class_name, {})
-    degraded, usable = ctx.memory.degraded, ctx.world.node_usable
-    cls = ctx.world.classes.get(class_name)
-    topology = cls.spec.placement.topology if cls is not None else "Node"
-    best = 0
-    # Nodes are grouped by free state: the first usable node of the fullest state wins,
-    # so this costs the states (a few dozen), not the nodes; under topology the nodes of
-    # the fullest states until none can beat what was found.
-    for state in sorted(groups, reverse=True):
-        if state[0] <= best:
-            break
-        for node in groups[state]:
-            if node in degraded or not usable(node):
-                continue
-            if topology == "Node":
-                return state[0]
-            best = max(best, _pickable(ctx, class_name, node, topology))
-    return best
-
-
-def _pickable(ctx: Context, class_name: str, node: str, topology: str) -> int:
-    """The largest order placement.pick_devices takes on the node: one that fits a domain's
-    free devices, or any up to all free once no domain of the node is that big."""
-    devices = ctx.world.devices
-    free = devices.free_on(class_name, node)
-    sizes = devices.domain_sizes(class_name, node, topology)
-    if len(free) > max(sizes.values(), default=0):
-        return len(free)
-    return max(devices.domain_sizes(class_name, node, topology, within=free).values())
+@dataclass
+class StatusMemory:
+    # When a node first served fewer units than it holds healthy devices (Memory.degraded
+    # holds those past degradedGrace).
+    degraded_since: dict[str, datetime] = field(default_factory=dict)
+    # Per node: the shortfall last computed, with the node object and device generation
+    # it was computed from, so an unchanged node costs a lookup.
+    shortfalls: dict[str, tuple[object, tuple[int | None, int], set[str], bool]] = field(
+        default_factory=dict
+    )
+    # When a device was first seen Unhealthy, and a node first seen gone.
+    unhealthy_since: dict[str, datetime] = field(default_factory=dict)
+    node_gone_since: dict[str, datetime] = field(default_factory=dict)
+    # The malformed-quota Event last told per ResourceQuota ("namespace/name").
+    quota_said: dict[str, str] = field(default_factory=dict)
 
 
 def class_status(ctx: Context) -> None:
-    for told in quota.notes(ctx.world, ctx.memory.quota_said):
+    for told in quota.notes(ctx.world, ctx.memory.of(StatusMemory).quota_said):
         ctx.plan.note(told)
     counts = ctx.world.devices.counts
     # A device matching two classes is an error shown on both classes (DESIGN §1).
     ambiguous: dict[str, list[str]] = {}
     rivals: dict[str, set[str]] = {}
     for device in sorted(ctx.world.devices.ambiguous):
-        names = {c.metadata.name for c in matching_classes(ctx, ctx.world.devices.by_name[device])}
+        found = matching_classes(ctx.world, ctx.world.devices.by_name[device])
+        names = {c.metadata.name for c in found}
         for class_name in names:
             ambiguous.setdefault(class_name, []).append(device)
             rivals.setdefault(class_name, set()).update(names - {class_name})
@@ -129,18 +116,18 @@ def class_status(ctx: Context) -> None:
                 "attached": c.get(Phase.ATTACHED, 0),
                 "lost": c.get(Phase.LOST, 0),
                 "cleaning": c.get(Phase.CLEANING, 0),
-                "largest_free_set": largest_free_set(ctx, name),
+                "largest_free_set": largest_free_set(ctx.world, ctx.memory.degraded, name),
                 "conditions": conditions,
                 "observed_generation": cls.metadata.generation,
             }
         )
         if status != cls.status:
-            ctx.plan.write("status", cls.model_copy(update={"status": status}), note)
+            ctx.plan.write(Status(cls.model_copy(update={"status": status})), note)
 
 
 def lost_cause(ctx: Context, d: GPUDevice, shortfall: set[str]) -> str:
     """Why d is Lost now, or "" when nothing says so."""
-    m, grace = ctx.memory, ctx.config.lost_grace
+    m, grace = ctx.memory.of(StatusMemory), ctx.config.lost_grace
     # A device already Lost stays Lost while a cause holds: these clocks live in memory,
     # and a restarted binder must not recover it only because they started anew.
     lost = d.status.phase == Phase.LOST
@@ -215,7 +202,7 @@ def _recover(ctx: Context, d: GPUDevice) -> None:
 
 def _degraded(ctx: Context) -> set[str]:
     """Devices beyond what each node's device plugin serves, once past degradedGrace."""
-    world, m = ctx.world, ctx.memory
+    world, m, degraded = ctx.world, ctx.memory.of(StatusMemory), ctx.memory.degraded
     out: set[str] = set()
     by_node = world.devices.by_node
     if ctx.scope.exhaustive:
@@ -223,7 +210,7 @@ def _degraded(ctx: Context) -> set[str]:
     else:
         # Unchanged nodes keep their verdict; those in or near a degraded state are judged
         # again, as their grace runs.
-        watch = ctx.scope.changed_nodes(world) | set(m.degraded_since) | m.degraded
+        watch = ctx.scope.changed_nodes(world) | set(m.degraded_since) | degraded
         nodes = sorted(n for n in watch if n in by_node)
     for node_name in nodes:
         names = by_node[node_name]
@@ -242,8 +229,8 @@ def _degraded(ctx: Context) -> set[str]:
             m.shortfalls[node_name] = (node, gen, short, reported)
         if not short:
             m.degraded_since.pop(node_name, None)
-            if node_name in m.degraded or reported:
-                m.degraded.discard(node_name)
+            if node_name in degraded or reported:
+                degraded.discard(node_name)
                 world.devices.touch_node(node_name)
                 world.devices.capacity_gen += 1
                 _node_condition(ctx, node_name, "False", "Serving", "all devices are served")
@@ -252,14 +239,14 @@ def _degraded(ctx: Context) -> set[str]:
             # Degraded past the grace before a restart: stay so, rather than recover its
             # Lost devices and take new sets until the grace has run again.
             m.degraded_since[node_name] = ctx.now - ctx.config.degraded_grace
-            m.degraded.add(node_name)
+            degraded.add(node_name)
             world.devices.touch_node(node_name)  # its sets may have to move now
             world.devices.capacity_gen += 1
         since = m.degraded_since.setdefault(node_name, ctx.now)
         if ctx.now - since < ctx.config.degraded_grace:
             continue
-        if node_name not in m.degraded:
-            m.degraded.add(node_name)
+        if node_name not in degraded:
+            degraded.add(node_name)
             world.devices.touch_node(node_name)  # its sets may have to move now
             _node_condition(
                 ctx,
@@ -270,14 +257,6 @@ def _degraded(ctx: Context) -> set[str]:
             )
         out.update(short)
     return out
-
-
-def reported_degraded(node: Node) -> bool:
-    """Whether the node carries the GPUDegraded=True condition a binder set on it."""
-    for c in (node.raw.get("status") or {}).get("conditions") or ():
-        if isinstance(c, dict) and c.get("type") == "GPUDegraded":
-            return c.get("status") == "True"
-    return False
 
 
 def _shortfall(ctx: Context, allocatable: dict[str, int], devs: list[GPUDevice]) -> set[str]:
@@ -291,7 +270,7 @@ def _shortfall(ctx: Context, allocatable: dict[str, int], devs: list[GPUDevice])
         if cls is None:
             continue
         if cls.spec.pinning == "Device":
-            out.update(d.metadata.name for d in ds if allocatable.get(slot_resource(d), 0) < 1)
+            out.update(d.metadata.name for d in ds if allocatable.get(device_slot(d), 0) < 1)
             continue
         served = allocatable.get(cls.spec.resource_name, 0)
         if served < len(ds):
@@ -312,4 +291,4 @@ def _node_condition(ctx: Context, node: str, status: str, reason: str, message: 
         message=message,
         last_transition_time=ctx.now,
     )
-    ctx.plan.write("node_status", (node, cond))
+    ctx.plan.write(NodeCondition(node, cond))

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from gpu_binder.api.types import DEVICES_ANNOTATION
 from gpu_binder.binder.context import Context
+from gpu_binder.binder.writes import Annotations
 
 
 def held_by(ctx: Context, key: str, uid: str) -> str:
@@ -49,4 +50,4 @@ def vm_annotations(ctx: Context) -> None:
         if want:
             annotations[DEVICES_ANNOTATION] = want
         meta = vm.metadata.model_copy(update={"annotations": annotations})
-        ctx.plan.write("annotations", replace(vm, metadata=meta))
+        ctx.plan.write(Annotations(replace(vm, metadata=meta)))

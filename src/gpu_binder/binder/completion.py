@@ -1,15 +1,19 @@
-"""Completing an order's set: on its node if it fits there, else whole on another node."""
+"""Completing an order's set: on its node if it fits there, else whole on another node.
+
+Not a step: the orders, requests and defragmentation steps complete sets by it, and the
+replay places its orders by it (binder.Placer).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpu_binder.api.types import BindReason, GPUBindRequest, GPUDevice, Phase
-from gpu_binder.binder import ops, quota
+from gpu_binder.api.types import BindReason
+from gpu_binder.binder import ops, placing, quota
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import served_twice
-from gpu_binder.binder.placing import class_policy
+from gpu_binder.binder.queries import current_set, held, missing
 from gpu_binder.binder.quota import Exceeded
 from gpu_binder.cache.deviceindex import set_node
 from gpu_binder.placement import main_class, resolve
@@ -32,39 +36,6 @@ def _over(exceeded: Exceeded) -> Outcome:
     return Outcome("", (), exceeded.message, exceeded)
 
 
-def current_set(ctx: Context, key: str) -> list[GPUDevice]:
-    """The usable part of a set: Lost devices are on their way out of it.
-
-    Unless a live VMI (scheduled or not) holds the set: its Lost device stays until the VMI
-    ends, as no rebind may happen meanwhile. Counting it as missing would bind a
-    replacement and release the Lost device (or, while attached, the replacement) as
-    beyond the order, on every pass, until the node has nothing free.
-    """
-    devs = ctx.world.devices.set_of(key)
-    if ctx.world.live_vmis(key):
-        return devs
-    return [d for d in devs if d.status.phase != Phase.LOST]
-
-
-def missing(order: Mapping[str, int], have: list[GPUDevice]) -> dict[str, int]:
-    counts = held(have)
-    return {c: n - counts.get(c, 0) for c, n in order.items() if n > counts.get(c, 0)}
-
-
-def held(devs: list[GPUDevice]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for d in devs:
-        counts[d.status.class_name] = counts.get(d.status.class_name, 0) + 1
-    return counts
-
-
-def request_alternatives(req: GPUBindRequest) -> tuple[str, ...] | None:
-    """The classes a bind request accepts in place of those it names; None when it
-    names none (the VM's own then count, see complete)."""
-    named = [c for r in req.spec.requests for c in (r.alternatives or ())]
-    return tuple(dict.fromkeys(named)) if named else None
-
-
 def complete(
     ctx: Context,
     key: str,
@@ -81,7 +52,7 @@ def complete(
     """
     if alternatives is None:
         alternatives = ctx.world.alternatives_of(key)
-    have = current_set(ctx, key)
+    have = current_set(ctx.world, key)
     if alternatives:
         order = resolve(order, alternatives, held(have))
     need = missing(order, have)
@@ -107,7 +78,7 @@ def complete(
             return _over(steered)
         order, alternatives = steered
     if have:
-        placed = ops.place(ctx, need, only=node, key=key)
+        placed = placing.place(ctx, need, only=node, key=key)
         if placed is not None:
             for d in placed.devices:
                 ops.bind(ctx, d, key, reason, f"completes the set on {node}")
@@ -118,11 +89,11 @@ def complete(
                 "",
                 (),
                 f"{ops.describe(need)} more needed on {node}, where the VM "
-                f"runs; {ops.shortfall(ctx, need, key)}",
+                f"runs; {placing.shortfall(ctx, need, key)}",
             )
-        placed = ops.place(ctx, order, exclude=node, key=key, alternatives=alternatives)
+        placed = placing.place(ctx, order, exclude=node, key=key, alternatives=alternatives)
         if placed is None:
-            return Outcome("", (), ops.shortfall(ctx, order, key))
+            return Outcome("", (), placing.shortfall(ctx, order, key))
         # Moved whole, it may take another class it accepts: held to that class's quota.
         gone = held(ctx.world.devices.set_of(key))
         over = quota.admits(ctx.world, namespace, held(list(placed.devices)), gone)
@@ -139,11 +110,11 @@ def complete(
         for d in have:
             ops.release(ctx, d, f"the set moved to {placed.node}")
         return Outcome(placed.node, tuple(sorted(d.metadata.name for d in placed.devices)), "")
-    placed = ops.place(ctx, order, key=key, alternatives=alternatives)
+    placed = placing.place(ctx, order, key=key, alternatives=alternatives)
     if placed is None:
-        return Outcome("", (), ops.shortfall(ctx, order, key))
+        return Outcome("", (), placing.shortfall(ctx, order, key))
     taken = held(list(placed.devices))
-    why = f"{ops.describe(taken)} placed by policy {class_policy(ctx, main_class(order))}"
+    why = f"{ops.describe(taken)} placed by policy {placing.class_policy(ctx, main_class(order))}"
     if taken.keys() != order.keys():
         why += f" (the VM accepts any of {', '.join(sorted(alternatives))})"
     for d in placed.devices:

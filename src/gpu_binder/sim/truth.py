@@ -1,0 +1,205 @@
+"""What GPU time the simulated cluster really used, kept by the sim itself, for the ledger
+check (sim.ledgercheck, invariant 12).
+
+Nothing here reads the binder's ledger or the times other machines stamp. An Attached
+interval is a device held by a VMI's domain: from the first version of the VMI that is
+Scheduled or Running on a node (its launcher pod got the node, and with it the device
+the kubelet hands the pod for each slot resource) to the first that is Succeeded or
+Failed, or its deletion. A Reserved interval is a device whose stored binding names a VM
+while no VMI's domain holds it: from the write that made it so to the write that ended it
+(a release, a bind to another VM, the device's deletion, a domain taking it).
+
+Every time is the true one: the virtual clock when the store applied the write, seen
+through the store's subscription hook, so on every write, not after each workload event.
+That is what makes it exact. The clock moves only in ticks (1 s to 400 s), and one event
+may hold several of them (a fault: a tick, stops, another tick). Everything in between
+happens at one instant. A look after each event would stamp a change with the event's
+last tick, up to minutes late. A look on each write has no such error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.slots import format_slot
+from gpu_binder.api.types import GPUClass, GPUDevice, RecordKind
+from gpu_binder.client.interface import WatchEvent
+from gpu_binder.sim.memory import MemoryClient
+
+_HOLDING = ("Scheduled", "Running")
+
+
+@dataclass(slots=True)
+class Stretch:
+    """One interval of GPU time: a device held by one owner (a VMI's uid for Attached, a
+    VM's namespace/name for Reserved) from start to end (None: it goes on)."""
+
+    kind: RecordKind
+    device: str
+    owner: str
+    namespace: str
+    class_name: str
+    start: datetime
+    end: datetime | None = None
+    # Whether a binder ran when the interval began and when it ended: one that did not
+    # has only other machines' stamps of it (sim.ledgercheck allows their clocks' skew).
+    start_seen: bool = True
+    end_seen: bool = True
+
+    def seconds(self, now: datetime) -> float:
+        return max(0.0, ((self.end or now) - self.start).total_seconds())
+
+
+@dataclass(slots=True)
+class _Domain:
+    node: str
+    devices: frozenset[str]
+    namespace: str
+
+
+class GroundTruth:
+    """Follows the store from its construction on and keeps every interval of GPU time."""
+
+    def __init__(
+        self,
+        client: MemoryClient,
+        clock: Callable[[], datetime],
+        watched: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`watched`: whether a binder runs now."""
+        self.clock = clock
+        self.watched = watched
+        self.client = client
+        self.stretches: list[Stretch] = []
+        self._devices: dict[str, GPUDevice] = {}
+        self._slots: dict[tuple[str, str], str] = {}
+        # The VMIs whose domain holds devices, by uid, and the holders of each device.
+        self._domains: dict[str, _Domain] = {}
+        self._held_by: dict[str, set[str]] = {}
+        self._attached: dict[tuple[str, str], Stretch] = {}
+        self._reserved: dict[str, Stretch] = {}
+        self._classes: dict[tuple[str, str], str] = {}
+        for d in client.objects(GPUDevice):
+            self._on_device(d, deleted=False)
+        for vmi in client.objects(VirtualMachineInstance):
+            self._on_vmi(vmi, deleted=False)
+        client.subscribe(self._on_event)
+
+    def _on_event(self, kind: type, event: WatchEvent[Any]) -> None:
+        if kind is GPUDevice:
+            self._on_device(event.object, event.type == "DELETED")
+        elif kind is VirtualMachineInstance:
+            self._on_vmi(event.object, event.type == "DELETED")
+
+    # --- devices and their bindings ---------------------------------------------------------
+
+    def _on_device(self, d: GPUDevice, deleted: bool) -> None:
+        name = d.name
+        prev = self._devices.pop(name, None)
+        if prev is not None and prev.spec.slot is not None:
+            self._slots.pop((prev.spec.node_name, _slot(prev)), None)
+        if not deleted:
+            self._devices[name] = d
+            if d.spec.slot is not None:
+                self._slots[(d.spec.node_name, _slot(d))] = name
+        self._judge_reserved(name)
+
+    def _judge_reserved(self, name: str) -> None:
+        """Open, go on with, or end the device's Reserved interval as it stands now."""
+        d = self._devices.get(name)
+        b = d.status.binding if d is not None else None
+        owner = b.vm.key if b is not None else None
+        if self._held_by.get(name):
+            owner = None
+        open_ = self._reserved.get(name)
+        if open_ is not None and open_.owner == owner:
+            return
+        now = self.clock()
+        if open_ is not None:
+            open_.end, open_.end_seen = now, self.watched()
+            del self._reserved[name]
+        if owner is not None and d is not None and b is not None:
+            s = Stretch(
+                RecordKind.RESERVED,
+                name,
+                owner,
+                b.vm.namespace,
+                self._class_of(d),
+                now,
+                start_seen=self.watched(),
+            )
+            self._reserved[name] = s
+            self.stretches.append(s)
+
+    def _class_of(self, d: GPUDevice) -> str:
+        """The class whose match names the device's vendor and device IDs (the sim's
+        classes select on nothing else, and never change)."""
+        model = (d.spec.vendor_id, d.spec.device_id)
+        found = self._classes.get(model)
+        if found is None:
+            found = self._classes[model] = next(
+                (
+                    c.metadata.name
+                    for c in self.client.objects(GPUClass)
+                    if c.spec.match.vendor_id == model[0] and model[1] in c.spec.match.device_ids
+                ),
+                "",
+            )
+        return found
+
+    # --- VMIs' domains ------------------------------------------------------------------------
+
+    def _on_vmi(self, vmi: VirtualMachineInstance, deleted: bool) -> None:
+        uid = vmi.metadata.uid
+        holding = not deleted and vmi.phase in _HOLDING and bool(vmi.node_name)
+        domain = self._domains.get(uid)
+        if domain is not None and not holding and (deleted or not vmi.live):
+            self._end_domain(uid, domain)
+        elif domain is None and holding:
+            self._start_domain(vmi)
+
+    def _start_domain(self, vmi: VirtualMachineInstance) -> None:
+        """The devices the kubelet handed the launcher pod: each slot resource the VMI
+        asks for is its node's GPU in that slot, whoever it is bound to."""
+        uid, node = vmi.metadata.uid, vmi.node_name or ""
+        devices = frozenset(
+            n for r in vmi.device_names if (n := self._slots.get((node, r))) is not None
+        )
+        self._domains[uid] = _Domain(node, devices, vmi.metadata.namespace)
+        now = self.clock()
+        for name in sorted(devices):
+            self._held_by.setdefault(name, set()).add(uid)
+            d = self._devices[name]
+            s = Stretch(
+                RecordKind.ATTACHED,
+                name,
+                uid,
+                vmi.metadata.namespace,
+                self._class_of(d),
+                now,
+                start_seen=self.watched(),
+            )
+            self._attached[(uid, name)] = s
+            self.stretches.append(s)
+            self._judge_reserved(name)
+
+    def _end_domain(self, uid: str, domain: _Domain) -> None:
+        del self._domains[uid]
+        now = self.clock()
+        for name in sorted(domain.devices):
+            holders = self._held_by.get(name, set())
+            holders.discard(uid)
+            if not holders:
+                self._held_by.pop(name, None)
+            s = self._attached.pop((uid, name), None)
+            if s is not None:
+                s.end, s.end_seen = now, self.watched()
+            self._judge_reserved(name)
+
+
+def _slot(d: GPUDevice) -> str:
+    return format_slot(d.spec.vendor_id, d.spec.device_id, d.spec.slot or 0)
