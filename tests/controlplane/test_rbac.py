@@ -189,7 +189,12 @@ USES: dict[tuple[str, str, str], str] = {
     **{
         (group, kind, verb): "gpu_binder.kube.cache:Informer.relist (list), "
         "Informer._watch_until_resync (watch), of cache.watched.WATCHED"
-        for group, kind in (("", "nodes"), ("", "resourcequotas"), ("apps", "controllerrevisions"))
+        for group, kind in (
+            ("", "nodes"),
+            ("", "resourcequotas"),
+            ("", "pods"),
+            ("apps", "controllerrevisions"),
+        )
         for verb in ("list", "watch")
     },
     (GROUP, "gpudevices", "get"): "gpu_binder.webhook.pods:PodPinner.admit (a set's devices "

@@ -19,6 +19,7 @@ from realcluster import Fleet, eventually, namespace, run_vmi, tenant, vmi_of
 
 from conftest import StartBinder
 from gpu_binder.api.kubevirt import KUBEVIRT_API_VERSION, VirtualMachineInstance
+from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import (
     DEVICES_ANNOTATION,
     RECORD_OPEN,
@@ -29,10 +30,11 @@ from gpu_binder.api.types import (
     RecordKind,
 )
 from gpu_binder.binder.config import Config
-from gpu_binder.client.errors import ApiError
+from gpu_binder.client.errors import ApiError, Forbidden
 from gpu_binder.envtest import ControlPlane
 from gpu_binder.kube import KubeClient, connect
 from gpu_binder.sim import builders
+from gpu_binder.sim.launcher import render_launcher_pod
 
 pytestmark = pytest.mark.controlplane
 
@@ -281,3 +283,40 @@ async def test_a_backdated_status_never_ends_a_record_before_the_binder_saw_the_
     assert ended.spec.end >= seen_running.replace(microsecond=0), (
         f"closed at {ended.spec.end}, started {record.spec.start}; seen running {seen_running}"
     )
+
+
+async def test_a_vmi_reported_succeeded_while_its_launcher_pod_runs_keeps_its_gpus_and_record(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    """The tenant writes Succeeded into its running VMI's status, then Running again: the
+    kubelet's word (its launcher pod Running, `pods/status`, which the tenant may not
+    write) outweighs it, so its GPU stays attached and its one record stays open."""
+    fleet = Fleet(admin, gpus_per_node=1)
+    await fleet.create_class()
+    node = await fleet.create_node("a")
+    ns = namespace(control_plane)
+    alice = tenant(control_plane, ns)
+    await start_binder(FAST)
+    vm = await fleet.create_vm(ns, "vm", gpus=1)
+    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
+    await run_vmi(admin, vmi, node)
+    pod_raw = render_launcher_pod((await admin.get(VirtualMachineInstance, "vm", ns)).to_dict())
+    pod_raw["metadata"]["name"] = "virt-launcher-vm-abcde"
+    pod_raw["spec"]["nodeName"] = node
+    pod = await admin.create(Pod.from_dict(pod_raw))
+    await admin.update_status(Pod.from_dict({**pod.to_dict(), "status": {"phase": "Running"}}))
+    (record,) = await eventually(lambda: _open(admin, ns, 1), what="its usage record")
+
+    async with await connect(str(alice.kubeconfig)) as client:
+        stored = await admin.get(Pod, pod.metadata.name, ns)
+        with pytest.raises(Forbidden):
+            await client.update_status(
+                Pod.from_dict({**stored.to_dict(), "status": {"phase": "Succeeded"}})
+            )
+        await client.patch(VirtualMachineInstance, "vm", ns, {"status": {"phase": "Succeeded"}})
+        await asyncio.sleep(3)  # three resyncs of the binder
+        assert await _attached(fleet, vmi, 1)
+        await client.patch(VirtualMachineInstance, "vm", ns, {"status": {"phase": "Running"}})
+    await asyncio.sleep(2)
+    (still,) = await _open(admin, ns, 1)
+    assert still.metadata.name == record.metadata.name

@@ -207,6 +207,9 @@ class VirtualMachineInstance:
     alternatives: tuple[str, ...] = ()
     # spec.evictionStrategy ("" when it sets none: the KubeVirt CR's then holds).
     eviction_strategy: str = ""
+    # Set by the binder's cache, never read from the API: it reads Succeeded/Failed, but a
+    # launcher pod carrying its devices still runs (cache.launchers), so it is in use.
+    held_by_launcher: bool = False
     # Derived once: every pass asks for them, many times.
     key: str = field(init=False, compare=False, repr=False)
     vm_name: str | None = field(init=False, compare=False, repr=False)
@@ -227,8 +230,9 @@ class VirtualMachineInstance:
     @property
     def live(self) -> bool:
         """Not Succeeded/Failed: it runs, or may yet run, and holds its VM's set; a
-        deletionTimestamp does not end it (see the class docstring)."""
-        return self.phase not in ENDED_PHASES
+        deletionTimestamp does not end it (see the class docstring). Nor does a phase its
+        launcher pod belies (held_by_launcher)."""
+        return self.phase not in ENDED_PHASES or self.held_by_launcher
 
     @property
     def being_deleted(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from gpu_binder.api.instancetype import INSTANCETYPE_REVISIONS, ControllerRevision
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachine, VirtualMachineInstance
+from gpu_binder.api.pod import Pod
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
     OPEN_RECORDS,
@@ -25,17 +26,20 @@ from gpu_binder.api.types import (
     GPUUsageRecord,
     watched_record,
 )
+from gpu_binder.cache.launchers import LAUNCHER_PODS, is_launcher_pod
 from gpu_binder.cache.world import World
 from gpu_binder.client.interface import WatchEvent
 
 # Every kind the binder's world caches, in the order a fresh binder lists them: classes and
-# nodes before the devices classified by them. KubeVirt's CR only for the settings step;
-# ResourceQuotas for the GPU quotas (binder.quota).
+# nodes before the devices classified by them, launcher pods before the VMIs they may
+# keep in use (cache.launchers). KubeVirt's CR only for the settings step; ResourceQuotas
+# for the GPU quotas (binder.quota).
 WATCHED: tuple[type[Any], ...] = (
     GPUClass,
     Node,
     GPUDevice,
     VirtualMachine,
+    Pod,
     VirtualMachineInstance,
     GPUBindRequest,
     GPUUsageRecord,
@@ -45,10 +49,11 @@ WATCHED: tuple[type[Any], ...] = (
 )
 
 # The label selector a kind in WATCHED is listed and watched with: only open usage records,
-# only the revisions of instancetypes.
+# only the revisions of instancetypes, only KubeVirt's pods of VMIs.
 SELECTORS: dict[type[Any], str] = {
     GPUUsageRecord: OPEN_RECORDS,
     ControllerRevision: INSTANCETYPE_REVISIONS,
+    Pod: LAUNCHER_PODS,
 }
 
 
@@ -65,6 +70,8 @@ def _in_selection(obj: Any) -> bool:
         return watched_record(obj)
     if isinstance(obj, ControllerRevision):
         return obj.is_instancetype
+    if isinstance(obj, Pod):
+        return is_launcher_pod(obj)
     return True
 
 

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gpu_binder.api.instancetype import ControllerRevision
 from gpu_binder.api.kinds import Event, KubeVirt
 from gpu_binder.api.kubevirt import (
+    ENDED_PHASES,
     STARTED_PHASES,
     Node,
     VirtualMachine,
     VirtualMachineInstance,
 )
+from gpu_binder.api.pod import Pod
 from gpu_binder.api.quota import ResourceQuota
 from gpu_binder.api.types import (
     USAGE_FINALIZER,
@@ -33,6 +36,7 @@ from gpu_binder.api.types import (
     watched_record,
 )
 from gpu_binder.cache.deviceindex import DeviceIndex, discard_from
+from gpu_binder.cache.launchers import Launchers, is_launcher_pod
 from gpu_binder.cache.orders import Orders
 from gpu_binder.cache.vmiorder import Resolved, revision_key
 from gpu_binder.client.interface import WatchEvent
@@ -68,7 +72,10 @@ class World(Orders):
         self.class_by_resource: dict[str, GPUClass] = {}
         self.nodes: dict[str, Node] = {}
         self.vms: dict[str, VirtualMachine] = {}
+        # VMIs as the binder trusts them: a phase their launcher pod belies is overruled
+        # (cache.launchers, held_by_launcher).
         self.vmis: dict[str, VirtualMachineInstance] = {}
+        self.launchers = Launchers()
         # The instancetype revisions KubeVirt recorded (INSTANCETYPE_REVISIONS), and the VMs
         # reading each, so a revision that comes or changes re-decides their orders.
         self.revisions: dict[str, ControllerRevision] = {}
@@ -165,6 +172,10 @@ class World(Orders):
                 self._order_changed(key)
         elif isinstance(obj, Node):
             self._apply_node(obj, deleted)
+        elif isinstance(obj, Pod):
+            deleted = deleted or not is_launcher_pod(obj)
+            for key in sorted(self.launchers.apply(obj, deleted)):
+                self._rejudge_vmi(key)
         elif isinstance(obj, GPUClass):
             self._apply_class(obj, deleted)
         elif isinstance(obj, GPUBindRequest):
@@ -299,7 +310,21 @@ class World(Orders):
             self._revision_of[vm_key] = rev_key
             self.vms_by_revision[rev_key].add(vm_key)
 
+    def _trusted(self, vmi: VirtualMachineInstance) -> VirtualMachineInstance:
+        """The VMI as the binder takes it: ended only once no launcher pod belies it."""
+        held = vmi.phase in ENDED_PHASES and self.launchers.holds(vmi, self.node_ready)
+        return vmi if held == vmi.held_by_launcher else replace(vmi, held_by_launcher=held)
+
+    def _rejudge_vmi(self, key: str) -> None:
+        """Its launcher pods or their node changed: take the VMI in again if that changes
+        whether it is in use."""
+        vmi = self.vmis.get(key)
+        if vmi is not None and self._trusted(vmi) is not vmi:
+            self._apply_vmi(vmi, False)
+
     def _apply_vmi(self, vmi: VirtualMachineInstance, deleted: bool) -> None:
+        if not deleted:
+            vmi = self._trusted(vmi)
         old = self.vmis.get(vmi.key)
         if old is not None and old.live:
             self._observe_end(old, vmi, deleted)
@@ -367,6 +392,9 @@ class World(Orders):
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.nodes.get(node.name)
         _put(self.nodes, node.name, node, deleted)
+        if (old is not None and old.ready) != (not deleted and node.ready):
+            for key in sorted(self.launchers.vmis_on.get(node.name, ())):
+                self._rejudge_vmi(key)
         if deleted or not node.ready:
             self.down_nodes.add(node.name)
         else:
@@ -456,6 +484,11 @@ class World(Orders):
         if reported is None or seen is None:
             return reported
         return max(reported, seen)
+
+    def node_ready(self, name: str) -> bool:
+        """A node whose kubelet reports: present and Ready."""
+        node = self.nodes.get(name)
+        return node is not None and node.ready
 
     def node_usable(self, name: str) -> bool:
         """A node new sets may go to: present, Ready, not cordoned."""

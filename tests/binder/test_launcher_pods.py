@@ -1,0 +1,125 @@
+"""A VMI's phase is its tenant's to write; its launcher pod's is the kubelet's. A VMI that
+reads Succeeded or Failed while a pod carrying its devices runs on a Ready node is still
+in use: its GPUs stay attached and its record open (issue 11)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.pod import Pod
+from gpu_binder.api.types import Phase
+from gpu_binder.sim.launcher import render_launcher_pod
+
+from .cluster import NAMESPACE, Cluster
+
+
+async def running(cluster: Cluster) -> list[str]:
+    """vm runs on node-a with its 2 GPUs attached and its launcher pod Running there."""
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+    cluster.start("vm")
+    launcher_pod(cluster)
+    await cluster.settle()
+    devices = cluster.set_of("vm")
+    assert all(cluster.phase(n) == Phase.ATTACHED for n in devices)
+    return devices
+
+
+def launcher_pod(
+    cluster: Cluster, phase: str = "Running", resources: dict[str, Any] | None = None
+) -> Pod:
+    """The VMI's virt-launcher pod as the kubelet reports it, on the VMI's node."""
+    vmi = cluster.vmi("vm")
+    raw = render_launcher_pod(vmi.to_dict())
+    raw["metadata"]["name"] = "virt-launcher-vm-abcde"
+    raw["spec"]["nodeName"] = vmi.node_name
+    if resources is not None:
+        raw["spec"]["containers"][0]["resources"] = {"limits": resources}
+    raw["status"] = {"phase": phase}
+    return cluster.client.put(Pod.from_dict(raw))
+
+
+def tenant_reports(cluster: Cluster, phase: str) -> None:
+    """The tenant writes its VMI's status (VMIs have no status subresource)."""
+    raw = cluster.vmi("vm").to_dict()
+    stamp = {"phase": phase, "phaseTransitionTimestamp": cluster.clock.now.isoformat()}
+    raw["status"] = {**raw["status"], "phase": phase, "phaseTransitionTimestamps": [stamp]}
+    cluster.client.put(VirtualMachineInstance.from_dict(raw))
+
+
+def open_records(cluster: Cluster) -> int:
+    return sum(1 for r in cluster.records() if r.spec.end is None)
+
+
+async def test_a_vmi_reported_succeeded_while_its_launcher_pod_runs_keeps_its_gpus(
+    cluster: Cluster,
+) -> None:
+    devices = await running(cluster)
+    tenant_reports(cluster, "Succeeded")
+    cluster.set_running("vm", False)
+    await cluster.settle_after(minutes=10)
+    assert cluster.set_of("vm") == devices
+    assert all(cluster.phase(n) == Phase.ATTACHED for n in devices)
+
+
+async def test_a_faked_end_leaves_the_vmis_records_open_throughout(cluster: Cluster) -> None:
+    await running(cluster)
+    records = {r.metadata.name for r in cluster.records()}
+    tenant_reports(cluster, "Succeeded")
+    await cluster.settle_after(minutes=1)
+    tenant_reports(cluster, "Running")
+    await cluster.settle_after(minutes=1)
+    assert {r.metadata.name for r in cluster.records()} == records
+    assert open_records(cluster) == 2
+
+
+async def test_a_vmi_ends_once_its_launcher_pod_ended_too(cluster: Cluster) -> None:
+    devices = await running(cluster)
+    cluster.set_running("vm", False)
+    tenant_reports(cluster, "Succeeded")
+    await cluster.settle_after(seconds=5)
+    pod_end = cluster.clock.advance(seconds=5)
+    launcher_pod(cluster, phase="Succeeded")
+    await cluster.settle_after(minutes=10)
+    assert not any(cluster.phase(n) == Phase.ATTACHED for n in devices)
+    ends = {r.spec.end for r in cluster.records()}
+    assert None not in ends
+    # The pod was seen running until its end arrived: the record runs at least that long.
+    assert all(end is not None and end >= pod_end.replace(microsecond=0) for end in ends)
+
+
+async def test_a_launcher_pod_on_a_node_that_is_not_ready_holds_nothing(
+    cluster: Cluster,
+) -> None:
+    devices = await running(cluster)
+    cluster.set_ready("node-a", False)
+    cluster.set_running("vm", False)
+    tenant_reports(cluster, "Failed")
+    await cluster.settle_after(minutes=1)
+    assert not any(cluster.phase(n) == Phase.ATTACHED for n in devices)
+    assert open_records(cluster) == 0
+
+
+async def test_a_pod_carrying_none_of_the_vmis_devices_holds_nothing(cluster: Cluster) -> None:
+    devices = await running(cluster)
+    launcher_pod(cluster, resources={"cpu": "1"})
+    cluster.set_running("vm", False)
+    tenant_reports(cluster, "Succeeded")
+    await cluster.settle_after(minutes=1)
+    assert not any(cluster.phase(n) == Phase.ATTACHED for n in devices)
+    assert open_records(cluster) == 0
+
+
+async def test_the_vmi_is_held_by_the_pods_of_its_own_uid_only(cluster: Cluster) -> None:
+    devices = await running(cluster)
+    raw = launcher_pod(cluster).to_dict()
+    raw["metadata"]["ownerReferences"][0]["uid"] = "another-vmi"
+    raw["metadata"]["labels"]["kubevirt.io/created-by"] = "another-vmi"
+    cluster.client.put(Pod.from_dict(raw))
+    cluster.set_running("vm", False)
+    tenant_reports(cluster, "Succeeded")
+    await cluster.settle_after(minutes=1)
+    assert not any(cluster.phase(n) == Phase.ATTACHED for n in devices)
+    assert cluster.client.peek(VirtualMachineInstance, "vm", NAMESPACE) is not None
