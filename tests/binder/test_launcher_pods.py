@@ -4,6 +4,7 @@ in use: its GPUs stay attached and its record open (issue 11)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
@@ -28,9 +29,13 @@ async def running(cluster: Cluster) -> list[str]:
 
 
 def launcher_pod(
-    cluster: Cluster, phase: str = "Running", resources: dict[str, Any] | None = None
+    cluster: Cluster,
+    phase: str = "Running",
+    resources: dict[str, Any] | None = None,
+    scheduled: datetime | None = None,
 ) -> Pod:
-    """The VMI's virt-launcher pod as the kubelet reports it, on the VMI's node."""
+    """The VMI's virt-launcher pod as the kubelet reports it, on the VMI's node; bound to
+    it at `scheduled` (the PodScheduled condition the API server stamps)."""
     vmi = cluster.vmi("vm")
     raw = render_launcher_pod(vmi.to_dict())
     raw["metadata"]["name"] = "virt-launcher-vm-abcde"
@@ -38,6 +43,9 @@ def launcher_pod(
     if resources is not None:
         raw["spec"]["containers"][0]["resources"] = {"limits": resources}
     raw["status"] = {"phase": phase}
+    if scheduled is not None:
+        condition = {"type": "PodScheduled", "status": "True"}
+        raw["status"]["conditions"] = [{**condition, "lastTransitionTime": scheduled.isoformat()}]
     return cluster.client.put(Pod.from_dict(raw))
 
 
@@ -123,3 +131,19 @@ async def test_the_vmi_is_held_by_the_pods_of_its_own_uid_only(cluster: Cluster)
     await cluster.settle_after(minutes=1)
     assert not any(cluster.phase(n) == Phase.ATTACHED for n in devices)
     assert cluster.client.peek(VirtualMachineInstance, "vm", NAMESPACE) is not None
+
+
+async def test_a_start_its_tenant_stamped_later_is_billed_from_its_pods_binding(
+    cluster: Cluster,
+) -> None:
+    """No binder saw the VMI unstarted (it was down): the Scheduled time in the VMI's
+    status, which its tenant may have moved, is no later than its pod's binding."""
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+    pod_bound = cluster.clock.advance(minutes=1)
+    cluster.clock.advance(minutes=30)
+    cluster.start("vm", scheduled=cluster.clock.now)
+    launcher_pod(cluster, scheduled=pod_bound)
+    await cluster.settle()
+    assert {r.spec.start for r in cluster.records()} == {pod_bound.replace(microsecond=0)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 from gpu_binder.api.meta import ObjectMeta
@@ -64,6 +65,17 @@ def extended_resources(spec: dict[str, Any]) -> Counter[str]:
     return +total
 
 
+def _scheduled_at(status: dict[str, Any]) -> datetime | None:
+    for c in status.get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "True":
+            stamp = c.get("lastTransitionTime")
+            try:
+                return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+            except ValueError:
+                return None
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     KIND: ClassVar[str] = "Pod"
@@ -76,6 +88,10 @@ class Pod:
     # Units per extended resource name (see extended_resources).
     resources: Counter[str]
     raw: dict[str, Any] = field(compare=False, repr=False)
+    # When it was bound to its node: its PodScheduled condition's transition, which the
+    # API server stamps at the binding (pkg/registry/core/pod/storage: assignPod) and no
+    # tenant can write (pods/status).
+    scheduled_at: datetime | None = None
 
     @property
     def key(self) -> str:
@@ -112,6 +128,7 @@ class Pod:
             phase=str((raw.get("status") or {}).get("phase") or "Pending"),
             resources=extended_resources(spec),
             raw=raw,
+            scheduled_at=_scheduled_at(raw.get("status") or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import datetime
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.pod import APP_LABEL, LAUNCHER, Pod
@@ -43,10 +44,15 @@ class Launchers:
         self._vmi_of: dict[str, tuple[str, str]] = {}
         # Node → keys of VMIs with a running pod there: a node's readiness re-decides them.
         self.vmis_on: dict[str, set[str]] = defaultdict(set)
+        # VMI uid → pod key → (when the pod was bound to its node, its resources), for the
+        # pods not ended; and each such pod's VMI uid.
+        self._scheduled: dict[str, dict[str, tuple[datetime, frozenset[str]]]] = {}
+        self._scheduled_uid: dict[str, str] = {}
 
     def apply(self, pod: Pod, deleted: bool) -> set[str]:
         """Take a pod event in; the keys of the VMIs whose running pods changed."""
         key = pod.key
+        self._apply_scheduled(pod, deleted)
         changed: set[str] = set()
         if (before := self._vmi_of.pop(key, None)) is not None:
             uid, vmi_key = before
@@ -64,6 +70,28 @@ class Launchers:
             self.vmis_on[pod.node_name].add(vmi_key)
             changed.add(vmi_key)
         return changed
+
+    def _apply_scheduled(self, pod: Pod, deleted: bool) -> None:
+        key = pod.key
+        if (uid := self._scheduled_uid.pop(key, "")) and (pods := self._scheduled.get(uid)):
+            pods.pop(key, None)
+            if not pods:
+                del self._scheduled[uid]
+        uid = pod.vmi_uid
+        if not deleted and uid and not pod.ended and pod.scheduled_at is not None:
+            self._scheduled.setdefault(uid, {})[key] = (pod.scheduled_at, frozenset(pod.resources))
+            self._scheduled_uid[key] = uid
+
+    def scheduled_at(self, vmi: VirtualMachineInstance) -> datetime | None:
+        """When the first pod of this VMI carrying one of its devices was bound to its
+        node, by the API server's clock; None when no such pod is known."""
+        wanted = set(vmi.device_names)
+        times = [
+            at
+            for at, resources in self._scheduled.get(vmi.metadata.uid, {}).values()
+            if not wanted.isdisjoint(resources)
+        ]
+        return min(times, default=None)
 
     def holds(self, vmi: VirtualMachineInstance, ready: Callable[[str], bool]) -> bool:
         """Whether a pod of this VMI that carries one of its devices runs on a node

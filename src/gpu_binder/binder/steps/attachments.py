@@ -115,8 +115,13 @@ def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
     the VMI held already, so its binding says nothing of when the use began.
 
     Nor before this binder saw the VMI unstarted (World.seen_unstarted): the Scheduled
-    time is stamped by virt-controller's clock, which may be minutes behind."""
+    time is stamped by virt-controller's clock, which may be minutes behind. Nor after its
+    launcher pod was bound to its node (cache.launchers): the VMI's status is its tenant's
+    to write, and a Scheduled time moved later would bill less of a start no binder saw."""
     since = vmi.started_at or ctx.now
+    scheduled = ctx.world.launchers.scheduled_at(vmi)
+    if scheduled is not None and scheduled < since:
+        since = scheduled
     unstarted = ctx.world.seen_unstarted.get(vmi.metadata.uid)
     if unstarted is not None and unstarted > since:
         since = unstarted
