@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import gpu_binder
 
 SRC = Path(gpu_binder.__file__).resolve().parents[1]
@@ -42,3 +44,34 @@ def test_the_cache_imports_neither_the_binder_nor_the_webhook() -> None:
     modules = loaded_by(cache)
     forbidden = ("gpu_binder.binder", "gpu_binder.webhook")
     assert [m for m in modules if m.startswith(forbidden)] == []
+
+
+# The layers of docs/ARCHITECTURE.md's package map: each package and the packages of
+# gpu_binder it may load. The decision core (cache, binder) stays pure only while nothing
+# below the edges (kube, sim, cli, ...) is imported by it; the edges may use anything.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "api": (),
+    "client": ("api",),
+    "placement": ("api",),
+    "cache": ("api", "client", "placement"),
+    "binder": ("api", "cache", "client", "placement"),
+    "webhook": ("api", "binder", "cache", "client", "placement"),
+}
+
+
+def all_modules(package: str) -> list[str]:
+    """Every module of a package of gpu_binder and of its subpackages."""
+    folder = SRC.joinpath(*package.split("."))
+    return [package] + [
+        ".".join((package, *p.relative_to(folder).with_suffix("").parts))
+        for p in sorted(folder.rglob("*.py"))
+        if p.name != "__init__.py"
+    ]
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_a_layer_loads_only_the_layers_below_it(layer: str) -> None:
+    allowed = {f"gpu_binder.{p}" for p in (layer, *LAYERS[layer])}
+    loaded = loaded_by(all_modules(f"gpu_binder.{layer}"))
+    outside = [m for m in loaded if m != "gpu_binder" and ".".join(m.split(".")[:2]) not in allowed]
+    assert outside == [], f"{layer} may load only {sorted(allowed)}"
