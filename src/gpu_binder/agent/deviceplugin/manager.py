@@ -23,6 +23,9 @@ from gpu_binder.agent.deviceplugin import api_pb2
 from gpu_binder.agent.deviceplugin.plugin import VFIO_DIR, SlotDevice, SlotPlugin
 from gpu_binder.agent.deviceplugin.rpc import KUBELET_SOCKET, VERSION, call, unix_target
 
+# How long a retired plugin waits for its streams to carry the empty list.
+RETIRE_TIMEOUT = 5.0
+
 log = logging.getLogger(__name__)
 
 
@@ -171,8 +174,11 @@ class DevicePluginManager:
     async def _stop(self, served: _Served, *, retire: bool) -> None:
         if retire:
             await served.plugin.retire()
+            # The streams end once they carried the empty list to the kubelet: a fixed
+            # grace cut them off first on a busy node (the kubelet saw a broken stream).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(served.plugin.drained(), RETIRE_TIMEOUT)
         if served.server is not None:
-            # A moment of grace lets the streams carry the empty list to the kubelet.
             await served.server.stop(grace=0.5 if retire else None)
             served.server = None
         with contextlib.suppress(FileNotFoundError):

@@ -41,6 +41,11 @@ class SlotPlugin:
         self._retired = False
         self._version = 0
         self._changed = asyncio.Condition()
+        # ListAndWatch streams still open; set once none is, so a retired plugin's server
+        # stops only after the kubelet was handed the empty list.
+        self._streams = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
 
     @property
     def device(self) -> SlotDevice:
@@ -64,6 +69,10 @@ class SlotPlugin:
             self._retired = True
             self._version += 1
             self._changed.notify_all()
+
+    async def drained(self) -> None:
+        """Wait until no ListAndWatch stream is open."""
+        await self._drained.wait()
 
     def handler(self) -> Any:
         return service_handler(
@@ -99,16 +108,23 @@ class SlotPlugin:
         self, request: api_pb2.Empty, context: Any
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         seen = -1
-        while True:
-            async with self._changed:
-                while self._version == seen:
-                    await self._changed.wait()
-                seen = self._version
-                snapshot = self.devices()
-                retired = self._retired
-            yield api_pb2.ListAndWatchResponse(devices=snapshot)
-            if retired:
-                return
+        self._streams += 1
+        self._drained.clear()
+        try:
+            while True:
+                async with self._changed:
+                    while self._version == seen:
+                        await self._changed.wait()
+                    seen = self._version
+                    snapshot = self.devices()
+                    retired = self._retired
+                yield api_pb2.ListAndWatchResponse(devices=snapshot)
+                if retired:
+                    return
+        finally:
+            self._streams -= 1
+            if self._streams == 0:
+                self._drained.set()
 
     async def allocate(
         self, request: api_pb2.AllocateRequest, context: Any
