@@ -31,7 +31,7 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import ApiError, Forbidden
-from gpu_binder.envtest import ControlPlane
+from gpu_binder.envtest import ControlPlane, User
 from gpu_binder.kube import KubeClient, connect
 from gpu_binder.sim import builders
 from gpu_binder.sim.launcher import render_launcher_pod
@@ -245,11 +245,10 @@ async def test_a_tenants_devices_annotation_neither_places_nor_bills_more_gpus(
     assert held.metadata.name not in {d.metadata.name for d in taken}
 
 
-async def test_a_backdated_status_never_ends_a_record_before_the_binder_saw_the_vmi_running(
+async def _running_vmi(
     control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
-) -> None:
-    """VMIs have no status subresource: the tenant reports its VMI Succeeded one second
-    after it started. The record ends no earlier than when the binder last saw it run."""
+) -> tuple[Fleet, str, str, User, VirtualMachineInstance]:
+    """A binder, and a tenant's VM of one GPU whose VMI runs on node a."""
     fleet = Fleet(admin, gpus_per_node=1)
     await fleet.create_class()
     node = await fleet.create_node("a")
@@ -259,6 +258,15 @@ async def test_a_backdated_status_never_ends_a_record_before_the_binder_saw_the_
     vm = await fleet.create_vm(ns, "vm", gpus=1)
     vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
     await run_vmi(admin, vmi, node)
+    return fleet, node, ns, alice, vmi
+
+
+async def test_a_backdated_status_never_ends_a_record_before_the_binder_saw_the_vmi_running(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: StartBinder
+) -> None:
+    """VMIs have no status subresource: the tenant reports its VMI Succeeded one second
+    after it started. The record ends no earlier than when the binder last saw it run."""
+    _, _, ns, alice, _ = await _running_vmi(control_plane, admin, start_binder)
     (record,) = await eventually(lambda: _open(admin, ns, 1), what="its usage record")
     await asyncio.sleep(4)  # it runs, and the binder sees it run, for a while
 
@@ -291,15 +299,7 @@ async def test_a_vmi_reported_succeeded_while_its_launcher_pod_runs_keeps_its_gp
     """The tenant writes Succeeded into its running VMI's status, then Running again: the
     kubelet's word (its launcher pod Running, `pods/status`, which the tenant may not
     write) outweighs it, so its GPU stays attached and its one record stays open."""
-    fleet = Fleet(admin, gpus_per_node=1)
-    await fleet.create_class()
-    node = await fleet.create_node("a")
-    ns = namespace(control_plane)
-    alice = tenant(control_plane, ns)
-    await start_binder(FAST)
-    vm = await fleet.create_vm(ns, "vm", gpus=1)
-    vmi = await admin.create(vmi_of(vm, ns, "vm", fleet.gpus(1)))
-    await run_vmi(admin, vmi, node)
+    fleet, node, ns, alice, vmi = await _running_vmi(control_plane, admin, start_binder)
     pod_raw = render_launcher_pod((await admin.get(VirtualMachineInstance, "vm", ns)).to_dict())
     pod_raw["metadata"]["name"] = "virt-launcher-vm-abcde"
     pod_raw["spec"]["nodeName"] = node

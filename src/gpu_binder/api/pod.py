@@ -89,7 +89,8 @@ class Pod:
     resources: Counter[str]
     raw: dict[str, Any] = field(compare=False, repr=False)
     # When it was bound to its node: its PodScheduled condition's transition, which the
-    # API server stamps at the binding (pkg/registry/core/pod/storage: assignPod) and no
+    # API server stamps at the binding (pkg/registry/core/pod/storage/storage.go
+    # BindingREST.setPodNodeAndMetadata, by podutil.UpdatePodCondition) and no
     # tenant can write (pods/status).
     scheduled_at: datetime | None = None
 
