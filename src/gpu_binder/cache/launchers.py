@@ -11,9 +11,10 @@ long as it runs (KubeVirt's virt-launcher holds QEMU, which holds the devices:
 So a VMI reading Succeeded/Failed while a pod of it that carries its devices still runs
 on a Ready node is still in use. Not on a node that is not Ready: its kubelet no longer
 reports, the Running is stale, and KubeVirt itself then fails the VMI
-(`pkg/virt-controller/watch/node/node.go`, VMIs on a node whose virt-handler stopped
-heartbeating). A pod that carries none of its VMI's devices decides nothing: anyone with
-pod create rights could make one.
+(`pkg/virt-controller/watch/node/node.go`: `isNodeUnresponsive`, then
+`checkVirtLauncherPodsAndUpdateVMIStatus` marks its VMIs Failed, NodeUnresponsive).
+A pod that carries none of its VMI's devices decides nothing: anyone with pod create
+rights could make one.
 """
 
 from __future__ import annotations
