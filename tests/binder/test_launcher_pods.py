@@ -4,7 +4,7 @@ in use: its GPUs stay attached and its record open (issue 11)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
@@ -141,9 +141,61 @@ async def test_a_start_its_tenant_stamped_later_is_billed_from_its_pods_binding(
     cluster.node("node-a")
     cluster.vm("vm", 2, running=True)
     await cluster.settle()
+    cluster.start("vm", scheduled=cluster.clock.now + timedelta(minutes=31))
     pod_bound = cluster.clock.advance(minutes=1)
-    cluster.clock.advance(minutes=30)
-    cluster.start("vm", scheduled=cluster.clock.now)
     launcher_pod(cluster, scheduled=pod_bound)
+    cluster.clock.advance(minutes=30)
     await cluster.settle()
     assert {r.spec.start for r in cluster.records()} == {pod_bound.replace(microsecond=0)}
+
+
+async def test_a_start_stamped_by_a_clock_minutes_behind_is_billed_from_its_pods_binding(
+    cluster: Cluster,
+) -> None:
+    """virt-controller's clock is ten minutes behind, and no binder saw the start: the
+    pod's binding, stamped by the API server, says when the VMI began to hold its GPUs."""
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+    cluster.clock.advance(minutes=30)
+    pod_bound = cluster.clock.now
+    cluster.start("vm", scheduled=pod_bound - timedelta(minutes=10))
+    launcher_pod(cluster, scheduled=pod_bound)
+    cluster.clock.advance(minutes=5)
+    await cluster.settle()
+    assert {r.spec.start for r in cluster.records()} == {pod_bound.replace(microsecond=0)}
+
+
+async def test_without_a_pod_a_start_stamped_before_the_vmi_existed_is_billed_from_its_creation(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+    cluster.clock.advance(minutes=30)
+    created = cluster.clock.now
+    cluster.start("vm", scheduled=created - timedelta(minutes=10))
+    cluster.clock.advance(minutes=5)
+    await cluster.settle()
+    assert {r.spec.start for r in cluster.records()} == {created.replace(microsecond=0)}
+
+
+async def test_a_vmi_held_by_its_pod_on_one_node_takes_nothing_of_its_set_on_another(
+    cluster: Cluster,
+) -> None:
+    """Its node failed, so its VMI failed and its set moved on; the node comes back with
+    the old launcher pod still running there. That pod holds that node's devices, not the
+    set's new ones: the VMI attaches none of them, nor opens a record for them."""
+    devices = await running(cluster)
+    cluster.node("node-b")
+    cluster.set_ready("node-a", False)
+    cluster.set_running("vm", False)
+    tenant_reports(cluster, "Failed")
+    await cluster.settle_after(minutes=30)
+    moved = cluster.set_of("vm")
+    assert moved and cluster.node_of("vm") == "node-b", "the set did not move"
+    cluster.set_ready("node-a", True)
+    await cluster.settle_after(minutes=1)
+    assert not any(cluster.phase(n) == Phase.ATTACHED for n in moved)
+    assert open_records(cluster) == 0
+    assert devices

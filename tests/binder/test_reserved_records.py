@@ -9,7 +9,7 @@ import itertools
 from datetime import datetime
 from typing import Any
 
-from gpu_binder.api.types import GPUUsageRecord, RecordKind
+from gpu_binder.api.types import GPUDevice, GPUUsageRecord, RecordKind
 from gpu_binder.client.interface import WatchEvent
 
 from .cluster import LEDGER, NAMESPACE, Cluster
@@ -47,8 +47,8 @@ async def test_a_reservation_ends_when_the_vmi_attaches_at_its_start(cluster: Cl
     await stopped(cluster)
     cluster.set_running("vm", True)
     scheduled = cluster.clock.advance(minutes=30)
-    cluster.clock.advance(seconds=20)  # the binder notices a little later
     cluster.start("vm", scheduled=scheduled)
+    cluster.clock.advance(seconds=20)  # the binder notices a little later
     await cluster.settle()
     [reserved] = cluster.reserved()
     [attached] = cluster.records()
@@ -224,3 +224,52 @@ async def test_a_vm_stopped_and_deleted_while_no_binder_ran_is_reserved_until_it
     assert cluster.set_of("vm") == []
     reservations = [(r.spec.start, r.spec.end) for r in cluster.reserved()]
     assert (finished, released) in reservations
+
+
+async def test_a_detach_in_a_pass_cut_short_is_reserved_until_the_release_that_follows(
+    cluster: Cluster,
+) -> None:
+    # As above, but a conflict cut the pass short after one GPU's detach was written: the
+    # sets step still released that GPU in the same pass while the Reserved step, which
+    # opens the record of the interval the detach began, was skipped (the sim's
+    # invariant 12, seed 202). No release may follow a detach whose interval has no record.
+    await stopped(cluster, gpus=2)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    await cluster.delete_vm("vm")
+    cluster.clock.advance(minutes=5)
+    cluster.restart()
+    devices = sorted(cluster.set_of("vm"))
+    cluster.client.conflict_next_write(GPUDevice, devices[-1])
+    await cluster.settle()
+    assert cluster.set_of("vm") == []
+    after_finish = sorted(r.spec.device for r in cluster.reserved() if r.spec.start == finished)
+    assert after_finish == devices
+
+
+async def test_a_deleted_gpu_is_reserved_from_its_vmis_end_to_its_removal_in_a_pass_cut_short(
+    cluster: Cluster,
+) -> None:
+    # A GPU deleted while its VM ran waits for the VMI to end. It ended while no binder
+    # ran; the binder came back, and a conflict cut its pass short before the detach:
+    # the release of deleted devices (which runs in such a pass) took the GPU away still
+    # attached, and the reservation from the VMI's end to the removal had no record.
+    await stopped(cluster, gpus=2)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    devices = sorted(cluster.set_of("vm"))
+    await cluster.delete_device(devices[0])
+    await cluster.settle()
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    cluster.clock.advance(minutes=5)
+    cluster.restart()
+    cluster.client.conflict_next_write(GPUDevice, devices[-1])
+    await cluster.settle()
+    assert devices[0] not in cluster.world.devices.by_name
+    after_finish = sorted(r.spec.device for r in cluster.reserved() if r.spec.start == finished)
+    assert after_finish == devices

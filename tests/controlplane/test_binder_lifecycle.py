@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -140,6 +140,30 @@ async def test_a_gpu_vmi_deleted_while_no_binder_runs_stays_until_one_closes_its
     await eventually(lambda: _vmi_gone(admin, ns, "vm"), what="the VMI gone")
     (record,) = await _records(admin, ns)
     assert record.spec.end == held.finished_at
+
+
+@pytest.mark.parametrize("node_clock_ahead", [600.0, -600.0])
+async def test_a_vmi_ended_while_no_binder_ran_is_billed_to_the_second_the_server_stored_it(
+    control_plane: ControlPlane, admin: KubeClient, start_binder: Binders, node_clock_ahead: float
+) -> None:
+    """Its node's clock is ten minutes off, and no binder saw it end: the binder that comes
+    back takes the end from the managedFields entry owning the VMI's phase, which the API
+    server stamped by its own clock (it billed until it came back, or ten minutes short)."""
+    ns, node, first, vmi = await _a_gpu_vmi(control_plane, admin, start_binder)
+    await run_vmi(admin, vmi, node)
+    await eventually(lambda: _records(admin, ns), what="a usage record opened")
+    await asyncio.sleep(1.1)  # past the record's start, in whole seconds
+    await start_binder.stop(first)
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    await end_vmi(admin, vmi, node_clock_ahead=node_clock_ahead)
+    after = datetime.now(UTC)
+    await asyncio.sleep(3)  # a binder billing until it noticed would add these seconds
+    await start_binder(FAST)
+
+    (record,) = await eventually(lambda: _closed(admin, ns), what="the record closed")
+    assert record.spec.end is not None
+    assert before <= record.spec.end <= after + timedelta(seconds=1)
 
 
 async def test_a_closed_record_leaves_the_binders_cache(

@@ -7,16 +7,17 @@ which patches the VMI as the user wrote it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from gpu_binder.api.instancetype import device_names
-from gpu_binder.api.meta import ObjectMeta
+from gpu_binder.api.meta import ObjectMeta, field_written_at
 from gpu_binder.api.quantity import QuantityError, byte_count, millicores
 from gpu_binder.api.types import CLASSES_ANNOTATION
 
 KUBEVIRT_API_VERSION = "kubevirt.io/v1"
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+_SECOND = timedelta(seconds=1)
 # The phases of a VMI whose launcher pod holds its node's devices.
 STARTED_PHASES = frozenset({"Scheduled", "Running"})
 # runStrategy values under which KubeVirt starts a VMI for a VM that has none.
@@ -201,6 +202,9 @@ class VirtualMachineInstance:
     raw: dict[str, Any] = field(compare=False, repr=False)
     # When its launcher pod got a node, and with it the node's devices (Scheduled).
     started_at: datetime | None = None
+    # When the API server stored its phase, to the second, by the server's clock (None
+    # without managedFields); see `finish`.
+    phase_written_at: datetime | None = None
     # For a standalone VMI, its own order: what it asks of its node, and its alternatives.
     cpu_milli: int = 0
     memory_bytes: int = 0
@@ -235,6 +239,27 @@ class VirtualMachineInstance:
         return self.phase not in ENDED_PHASES or self.held_by_launcher
 
     @property
+    def finish(self) -> datetime | None:
+        """When it ended, as well as the object tells: None while it is not Succeeded/Failed.
+
+        Its phaseTransitionTimestamp says it by the clock of the node or controller that
+        wrote it, which may be minutes off. The API server stamped the write of the phase
+        by its own clock, to the second (phase_written_at), so the end is taken in that
+        second, the writer's stamp only as far as it falls inside it. The server's stamp
+        is its writer's last change, which is the phase's for virt-handler (it writes
+        nothing once a VMI is final: pkg/virt-handler/vm.go, updateVMIStatus) but may be
+        later for virt-controller (its finalizer's removal). Without the server's stamp
+        (managedFields stripped) the writer's stands alone."""
+        if self.phase not in ENDED_PHASES:
+            return None
+        stamped = self.phase_written_at
+        if stamped is None:
+            return self.finished_at
+        if self.finished_at is None:
+            return stamped
+        return min(max(self.finished_at, stamped), stamped + _SECOND)
+
+    @property
     def being_deleted(self) -> bool:
         """On its way out (deletionTimestamp set): live until it ends, but no new order."""
         return self.metadata.deletion_timestamp is not None
@@ -263,6 +288,7 @@ class VirtualMachineInstance:
             device_names=_gpu_names(spec),
             finished_at=finished,
             started_at=started,
+            phase_written_at=field_written_at(meta, ("status", "phase")),
             raw=raw,
             cpu_milli=cpu,
             memory_bytes=memory,

@@ -97,6 +97,37 @@ def set_condition(conditions: tuple[Condition, ...], new: Condition) -> tuple[Co
     return tuple(out)
 
 
+def field_written_at(meta: Any, path: Sequence[str]) -> datetime | None:
+    """When the API server stored the last write that changed the field at `path` (such as
+    ("status", "phase")), to the second, by its own clock: the time of the managedFields
+    entry that owns the field. An Update takes ownership of every field it changes, and its
+    entry's time is the server's now whenever it changes any field it owns
+    (k8s.io/apimachinery pkg/util/managedfields/internal/managedfieldsupdater.go, Update),
+    so the field's write came no later than that second's end. None without such an entry
+    (managedFields stripped or malformed, or nobody wrote the field); the latest time when
+    several own it (a field applied by several managers)."""
+    entries = meta.get("managedFields") if isinstance(meta, dict) else None
+    found: datetime | None = None
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, dict) or not _owns(entry.get("fieldsV1"), path):
+            continue
+        try:
+            at = datetime.fromisoformat(str(entry.get("time") or "").replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        found = at if found is None else max(found, at)
+    return utc(found) if found is not None else None
+
+
+def _owns(fields: Any, path: Sequence[str]) -> bool:
+    """Whether a FieldsV1 set holds the field at path (`{"f:status": {"f:phase": {}}}`)."""
+    for name in path:
+        if not isinstance(fields, dict):
+            return False
+        fields = fields.get(f"f:{name}")
+    return isinstance(fields, dict)
+
+
 def utc(t: datetime) -> datetime:
     """Times are compared in UTC; a naive time from a test is taken as UTC."""
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)

@@ -104,6 +104,16 @@ def reservation(d: GPUDevice, now: datetime) -> Reservation | None:
     return Reservation(b, min(start, now))
 
 
+def reservation_recorded(world: World, device: str, r: Reservation) -> bool:
+    """Whether the device's Reserved interval has its open record: one of its owner with
+    its start, whatever its name (ledgerwrites.open_record)."""
+    for key in world.open_reserved.get(device, ()):
+        spec = world.records[key].spec
+        if spec.start == r.start and (spec.vm_uid or f"{spec.namespace}/{spec.vm}") == r.owner:
+            return True
+    return False
+
+
 def reserved_end(now: datetime, rec: GPUUsageRecord, d: GPUDevice | None) -> datetime | None:
     """The end an open Reserved record closes with now, or None while it goes on.
 

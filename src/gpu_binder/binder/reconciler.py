@@ -169,10 +169,12 @@ class Reconciler:
             await self._run(attachments.attachments, now, result)
             # A detach begins a Reserved interval that a release or a bind of this very
             # pass may end (a VM stopped and deleted while no binder ran): its record is
-            # opened now, or the interval would never have one.
+            # opened now, or the interval would never have one. So nothing is released
+            # in a pass cut short before that: the next pass releases it.
             if not result.aborted:
                 await self._run(reserved.reserved_records, now, result)
-            await self._run(sets.sets, now, result)
+            if not result.aborted:
+                await self._run(sets.sets, now, result)
         if enabled and not result.aborted:
             placement = [requests.bind_requests, moves.moves, moves.rebind_lost, orders.orders]
             # Defragmentation last: it moves stopped sets for orders the others left waiting.

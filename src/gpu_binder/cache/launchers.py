@@ -97,10 +97,19 @@ class Launchers:
     def holds(self, vmi: VirtualMachineInstance, ready: Callable[[str], bool]) -> bool:
         """Whether a pod of this VMI that carries one of its devices runs on a node
         `ready` says is Ready."""
+        return bool(self.holding_nodes(vmi, ready))
+
+    def holding_nodes(
+        self, vmi: VirtualMachineInstance, ready: Callable[[str], bool]
+    ) -> frozenset[str]:
+        """The Ready nodes where a pod of this VMI carrying one of its devices runs: the
+        devices such a pod holds are those nodes' (its set may have moved on since)."""
         pods = self._running.get(vmi.metadata.uid)
         if not pods:
-            return False
+            return frozenset()
         wanted = set(vmi.device_names)
-        return any(
-            ready(node) and not wanted.isdisjoint(resources) for node, resources in pods.values()
+        return frozenset(
+            node
+            for node, resources in pods.values()
+            if ready(node) and not wanted.isdisjoint(resources)
         )

@@ -344,7 +344,7 @@ class World(Orders):
             self.standalone.discard(vmi.key)
         if not deleted:
             self.vmis_by_order[vm_key_of_vmi(vmi)].add(vmi.key)
-        elif (end := vmi.finished_at) is not None:
+        elif (end := vmi.finish) is not None:
             # A VMI may end and be deleted before a pass sees it end: keep its finish time,
             # so its devices' detach time and its usage records carry it, not the pass's.
             # Not its deletionTimestamp: a VMI being deleted ran on until it finished.
@@ -477,7 +477,7 @@ class World(Orders):
         until it is gone."""
         vmi = self.vmis.get(key)
         if vmi is not None and vmi.metadata.uid == uid:
-            reported = vmi.finished_at
+            reported = vmi.finish
         else:
             reported = self.ended_vmis.get(uid)
         seen = self.seen_running.get(uid)

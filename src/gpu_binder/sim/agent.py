@@ -22,6 +22,7 @@ from gpu_binder.api.meta import utc
 from gpu_binder.api.types import GPUClass, GPUDevice, Health
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.catalog import H100, GPUModel
+from gpu_binder.sim.fieldmanagers import writes_as
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.nodes import create_node, set_allocatable, set_ready
 
@@ -164,6 +165,7 @@ class AgentFleet:
 
     # --- the agents' work -----------------------------------------------------------------
 
+    @writes_as("gpu-binder-agent")
     async def step(self) -> int:
         """Do the pending resets, device syncs and allocatable updates; returns writes made."""
         writes = 0

@@ -149,7 +149,7 @@ class Cluster:
         )
         self.kubelet = Kubelet(self.client, self.clocks)
         self.checker = InvariantChecker(self.client)
-        self.truth = GroundTruth(self.client, self.clock.now, lambda: self.binder_up)
+        self.truth = GroundTruth(self.client, self.clock.now)
 
     # --- the binder -----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any
 from gpu_binder.api.kubevirt import Node, VirtualMachineInstance
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.clocks import CONTROLLER, Clocks
+from gpu_binder.sim.fieldmanagers import writes_as
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.retry import modify
 from gpu_binder.sim.vmistatus import with_phase
@@ -35,6 +36,7 @@ class VirtHandler:
             self._on_vmi(vmi, deleted=False)
         client.subscribe(self._on_event, (VirtualMachineInstance,))
 
+    @writes_as("virt-handler")
     async def step(self) -> int:
         writes = 0
         for key in sorted(self._to_stop):
@@ -62,6 +64,7 @@ class VirtHandler:
                 writes += 1
         return writes
 
+    @writes_as("virt-handler")
     async def finish(
         self, namespace: str, name: str, phase: str = "Succeeded", reason: str = ""
     ) -> VirtualMachineInstance | None:
@@ -81,6 +84,7 @@ class VirtHandler:
             self.client, VirtualMachineInstance, name, namespace, change, status=True
         )
 
+    @writes_as("virt-controller")
     async def fail_node(self, node: str, reason: str = "NodeUnresponsive") -> int:
         """Every live VMI on the node fails, as virt-controller decides once its
         virt-handler stopped reporting (pkg/virt-controller/watch/node/node.go), by

@@ -389,8 +389,8 @@ class InvariantChecker:
                 del self._used_by[name]
                 self._dirty_devices.add(name)
         self._dirty_vms.add(order_key(vmi))
-        if vmi.finished_at is not None:
-            self._finished[vmi.metadata.uid] = vmi.finished_at
+        if vmi.finish is not None:
+            self._finished[vmi.metadata.uid] = vmi.finish
         if deleted or not vmi.live:
             self._ended.setdefault(vmi.metadata.uid, utc(self.client.clock()))
         if deleted:

@@ -29,6 +29,7 @@ from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.builders import iso
 from gpu_binder.sim.clocks import Clocks
+from gpu_binder.sim.fieldmanagers import writes_as
 from gpu_binder.sim.handler import VirtHandler
 from gpu_binder.sim.launcher import is_temp_pod
 from gpu_binder.sim.memory import MemoryClient
@@ -65,6 +66,7 @@ class Kubelets:
         """Device units held on a node by its running pods."""
         return self._in_use.get(node, Counter())
 
+    @writes_as("kubelet")
     async def step(self) -> int:
         writes = 0
         for key in sorted(self._to_end):
@@ -119,7 +121,7 @@ class Kubelets:
             status.update(
                 phase="Running",
                 conditions=[
-                    {"type": "PodScheduled", "status": "True"},
+                    *_scheduled(pod),
                     {"type": "Ready", "status": "True", "lastTransitionTime": iso(now)},
                 ],
             )
@@ -212,6 +214,14 @@ class Kubelets:
             vmi = self._vmi_of(pod)
             if vmi is None or not vmi.live:
                 self._to_end.add(key)
+
+
+def _scheduled(pod: Pod) -> list[dict[str, Any]]:
+    """The PodScheduled condition the binding wrote, which the kubelet's status keeps (it
+    is the scheduler's and the API server's, not the kubelet's)."""
+    conditions = (pod.raw.get("status") or {}).get("conditions") or []
+    found = [c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"]
+    return found or [{"type": "PodScheduled", "status": "True"}]
 
 
 def _deleting(pod: Pod) -> bool:

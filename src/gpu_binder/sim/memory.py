@@ -10,13 +10,15 @@ watches with a bounded history. The store (sim.store) holds typed, immutable obj
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from gpu_binder.api.kinds import T
-from gpu_binder.client.errors import AlreadyExists, Invalid, NotFound
+from gpu_binder.api.pod import Pod
+from gpu_binder.client.errors import AlreadyExists, Conflict, Invalid, NotFound
 from gpu_binder.client.interface import Client, ListResult, WatchEvent
+from gpu_binder.sim.builders import iso
 from gpu_binder.sim.merge import merge_patch
 from gpu_binder.sim.objects import NO_STATUS, evolve, stamp
 from gpu_binder.sim.selectors import parse_selector, selector_matches
@@ -122,7 +124,9 @@ class MemoryClient(Store):
             },
         )
         keep_status = not res.status_subresource or res.kind in _STATUS_ON_CREATE
-        candidate = self._assemble(k, obj, new_meta, None if keep_status else NO_STATUS)
+        candidate = self._assemble(
+            k, obj, new_meta, None if keep_status else NO_STATUS, written=True
+        )
         if dry_run:
             return cast(T, candidate)
         self.writes += 1
@@ -160,6 +164,27 @@ class MemoryClient(Store):
         self.writes += 1
         keep = stored if k.resource.status_subresource else None
         return cast(T, self._replace(k, stored, given, keep))
+
+    async def bind_pod(self, pod: Pod, node: str) -> Pod:
+        """The pods/binding subresource, as kube-scheduler binds: spec.nodeName, once, and
+        the PodScheduled condition True, stamped by the server's clock in the same write
+        (kubernetes pkg/registry/core/pod/storage/storage.go,
+        BindingREST.setPodNodeAndMetadata, by podutil.UpdatePodCondition)."""
+        k = self._kind(Pod)
+        stored = self._stored(k, pod.metadata.name, pod.metadata.namespace)
+        self._precondition(k, stored, pod.metadata.resource_version)
+        if stored.node_name:
+            raise Conflict(
+                f'pod {pod.metadata.name} is already assigned to node "{stored.node_name}"'
+            )
+        raw = stored.to_dict()
+        raw["spec"] = {**raw.get("spec", {}), "nodeName": node}
+        status = dict(raw.get("status") or {})
+        status["conditions"] = _scheduled(status.get("conditions") or [], self._now())
+        raw["status"] = status
+        self.writes += 1
+        bound = self._parse(k, raw)
+        return cast(Pod, self._replace(k, stored, bound, bound))
 
     async def set_condition(
         self, kind: type[T], name: str, namespace: str, condition: dict[str, Any]
@@ -212,3 +237,12 @@ class MemoryClient(Store):
 
 if TYPE_CHECKING:
     _conforms: Client = MemoryClient()
+
+
+def _scheduled(conditions: list[Any], now: datetime) -> list[Any]:
+    """PodScheduled True, its transition time kept if it was True already."""
+    kept = [c for c in conditions if not (isinstance(c, dict) and c.get("type") == "PodScheduled")]
+    old = next((c for c in conditions if c not in kept), None)
+    if isinstance(old, dict) and old.get("status") == "True" and old.get("lastTransitionTime"):
+        return [*kept, old]
+    return [*kept, {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(now)}]

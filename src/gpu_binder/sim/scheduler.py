@@ -26,10 +26,12 @@ from typing import Any
 
 from gpu_binder.api.kubevirt import Node
 from gpu_binder.api.pod import Pod
+from gpu_binder.client.errors import Conflict
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.affinity import named_nodes, node_matches
+from gpu_binder.sim.fieldmanagers import writes_as
 from gpu_binder.sim.memory import MemoryClient
-from gpu_binder.sim.retry import modify, wire
+from gpu_binder.sim.retry import ATTEMPTS
 
 NodeShape = tuple[bool, bool, tuple[tuple[str, str], ...], tuple[tuple[str, int], ...]]
 
@@ -63,6 +65,7 @@ class Scheduler:
         """Units the pods bound to a node and not ended ask for."""
         return self._used.get(node, Counter())
 
+    @writes_as("kube-scheduler")
     async def step(self) -> int:
         writes = 0
         for key in sorted(self._pending):
@@ -81,19 +84,19 @@ class Scheduler:
             self.waited.add(key)
             return 0
 
-        def bind(current: Pod) -> Pod | None:
-            # The pods/binding subresource: spec.nodeName, once.
-            if current.metadata.uid != pod.metadata.uid or not _unbound(current):
-                return None
-            raw = wire(current)
-            raw["spec"]["nodeName"] = node
-            return Pod.from_dict(raw)
-
-        written = await modify(self.client, Pod, name, namespace, bind)
-        if written is None:
-            return 0
-        self.bound += 1
-        return 1
+        for _ in range(ATTEMPTS):
+            current = self.client.peek(Pod, name, namespace)
+            if current is None or current.metadata.uid != pod.metadata.uid:
+                return 0
+            if not _unbound(current):
+                return 0
+            try:
+                await self.client.bind_pod(current, node)
+            except Conflict:
+                continue
+            self.bound += 1
+            return 1
+        return 0
 
     def _pick(self, pod: Pod) -> str | None:
         spec = pod.raw.get("spec") or {}

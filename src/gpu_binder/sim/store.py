@@ -24,6 +24,7 @@ from gpu_binder.api.meta import ObjectMeta, utc
 from gpu_binder.client.errors import Conflict, Invalid, NotFound
 from gpu_binder.client.interface import EventType, WatchEvent
 from gpu_binder.sim.conflicts import ConflictInjector, ConflictPredicate
+from gpu_binder.sim.fieldmanagers import carried
 from gpu_binder.sim.objects import assemble, evolve, same, spec_of, stamp
 from gpu_binder.sim.owners import Owners
 from gpu_binder.sim.selectors import selector_matches
@@ -228,9 +229,21 @@ class Store:
         return True
 
     def _assemble(
-        self, k: Kind, given: Any, meta: ObjectMeta, status_of: Any, stored: Any = None
+        self,
+        k: Kind,
+        given: Any,
+        meta: ObjectMeta,
+        status_of: Any,
+        stored: Any = None,
+        *,
+        written: bool = False,
     ) -> Any:
-        return assemble(given, meta, status_of, stored, lambda raw: self._parse(k, raw))
+        """A new version of stored (None: a creation) from given; `written`: by a create or
+        an update, which stamps its manager's managedFields entry (sim.fieldmanagers)."""
+        now = self._now() if written else None
+        return assemble(
+            given, meta, status_of, stored, lambda raw: self._parse(k, carried(raw, stored, now))
+        )
 
     def _replace(self, k: Kind, stored: Any, given: Any, status_of: Any) -> Any:
         """Write given over stored with the server's metadata; a write that changes nothing
@@ -254,7 +267,7 @@ class Store:
             )
         if old.deletion_timestamp is not None and not set(meta.finalizers) <= set(old.finalizers):
             raise Invalid("no new finalizers can be added if the object is being deleted")
-        candidate = self._assemble(k, given, meta, status_of, stored)
+        candidate = self._assemble(k, given, meta, status_of, stored, written=True)
         if same(candidate, stored):
             return stored
         key = (old.namespace, old.name)

@@ -45,10 +45,6 @@ class Stretch:
     class_name: str
     start: datetime
     end: datetime | None = None
-    # Whether a binder ran when the interval began and when it ended: one that did not
-    # has only other machines' stamps of it (sim.ledgercheck allows their clocks' skew).
-    start_seen: bool = True
-    end_seen: bool = True
 
     def seconds(self, now: datetime) -> float:
         return max(0.0, ((self.end or now) - self.start).total_seconds())
@@ -68,11 +64,8 @@ class GroundTruth:
         self,
         client: MemoryClient,
         clock: Callable[[], datetime],
-        watched: Callable[[], bool] = lambda: True,
     ) -> None:
-        """`watched`: whether a binder runs now."""
         self.clock = clock
-        self.watched = watched
         self.client = client
         self.stretches: list[Stretch] = []
         self._devices: dict[str, GPUDevice] = {}
@@ -120,7 +113,7 @@ class GroundTruth:
             return
         now = self.clock()
         if open_ is not None:
-            open_.end, open_.end_seen = now, self.watched()
+            open_.end = now
             del self._reserved[name]
         if owner is not None and d is not None and b is not None:
             s = Stretch(
@@ -130,7 +123,6 @@ class GroundTruth:
                 b.vm.namespace,
                 self._class_of(d),
                 now,
-                start_seen=self.watched(),
             )
             self._reserved[name] = s
             self.stretches.append(s)
@@ -181,7 +173,6 @@ class GroundTruth:
                 vmi.metadata.namespace,
                 self._class_of(d),
                 now,
-                start_seen=self.watched(),
             )
             self._attached[(uid, name)] = s
             self.stretches.append(s)
@@ -197,7 +188,7 @@ class GroundTruth:
                 self._held_by.pop(name, None)
             s = self._attached.pop((uid, name), None)
             if s is not None:
-                s.end, s.end_seen = now, self.watched()
+                s.end = now
             self._judge_reserved(name)
 
 

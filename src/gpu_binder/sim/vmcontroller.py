@@ -42,6 +42,7 @@ from gpu_binder.client.errors import AlreadyExists, ApiError, NotFound
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.builders import vmi_for
 from gpu_binder.sim.clocks import CONTROLLER, Clocks
+from gpu_binder.sim.fieldmanagers import writes_as
 from gpu_binder.sim.instancetypes import (
     InstancetypeError,
     apply_devices,
@@ -125,6 +126,7 @@ class VMController:
     def dirty(self, key: str) -> None:
         self._dirty.add(key)
 
+    @writes_as("virt-controller")
     async def step(self) -> int:
         now = self.clocks.clock()
         self._dirty |= self._backoff.due(now)

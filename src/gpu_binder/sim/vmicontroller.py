@@ -39,6 +39,7 @@ from gpu_binder.api.pod import Pod
 from gpu_binder.client.errors import AlreadyExists, ApiError, NotFound
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.clocks import CONTROLLER, Clocks
+from gpu_binder.sim.fieldmanagers import writes_as
 from gpu_binder.sim.launcher import is_temp_pod, name_pod, render_launcher_pod
 from gpu_binder.sim.memory import MemoryClient
 from gpu_binder.sim.ratelimit import ItemBackoff
@@ -98,6 +99,7 @@ class VMIController:
     def dirty(self, key: str) -> None:
         self._dirty.add(key)
 
+    @writes_as("virt-controller")
     async def step(self) -> int:
         now = self.clocks.clock()
         self._dirty |= self._backoff.due(now)

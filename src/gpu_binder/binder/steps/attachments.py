@@ -114,14 +114,17 @@ def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
     Scheduled time billed that GPU twice (invariant 11). Only an adoption binds a device
     the VMI held already, so its binding says nothing of when the use began.
 
-    Nor before this binder saw the VMI unstarted (World.seen_unstarted): the Scheduled
-    time is stamped by virt-controller's clock, which may be minutes behind. Nor after its
-    launcher pod was bound to its node (cache.launchers): the VMI's status is its tenant's
-    to write, and a Scheduled time moved later would bill less of a start no binder saw."""
-    since = vmi.started_at or ctx.now
+    The Scheduled time is stamped by virt-controller's clock, which may be minutes off,
+    and is its tenant's to write. So the launcher pod's binding to its node is taken when
+    it is known (cache.launchers): the API server stamped it by its own clock, and the
+    kubelet hands the pod its devices once bound. Else the Scheduled time, never before
+    the VMI was created (by the server's clock too), nor before this binder saw it
+    unstarted (World.seen_unstarted)."""
     scheduled = ctx.world.launchers.scheduled_at(vmi)
-    if scheduled is not None and scheduled < since:
-        since = scheduled
+    since = scheduled if scheduled is not None else vmi.started_at or ctx.now
+    created = vmi.metadata.creation_timestamp
+    if created is not None and created > since:
+        since = created
     unstarted = ctx.world.seen_unstarted.get(vmi.metadata.uid)
     if unstarted is not None and unstarted > since:
         since = unstarted
@@ -157,6 +160,13 @@ def _attach(ctx: Context, vmi: VirtualMachineInstance) -> bool:
     # Slots on the node of its set, where the webhook pinned it; resources served by count
     # on the node it runs on (nothing pinned it).
     slot_node = world.vmi_node(vmi)
+    if vmi.held_by_launcher and slot_node not in world.launchers.holding_nodes(
+        vmi, world.node_ready
+    ):
+        # It ended, but for a pod on another node, whose devices are that node's: its set
+        # moved on meanwhile, and the new one is not in use.
+        _managed(ctx, vmi.key, vmi.metadata.uid)
+        return True
     own = {d.metadata.name: d for d in world.own_set(key)}
     mine = [own[n] for n in runs.devices if n in own and own[n].spec.node_name == slot_node]
     exact = [n for n in runs.devices if n not in own]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpu_binder.api.types import FINALIZER, Phase
+from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.intervals import in_use
+from gpu_binder.binder.intervals import in_use, reservation, reservation_recorded
 from gpu_binder.binder.plan import Decision
 
 
@@ -22,6 +22,8 @@ def release_deleted(ctx: Context) -> None:
                 note = ops.device_note(d, "GPUReleasing", f"deleted; waits for VMI {vmi} to end")
                 ctx.plan.device_status(d.model_copy(update={"status": status}), note)
             continue
+        if not _interval_recorded(ctx, d):
+            continue
         finalizers = tuple(f for f in d.metadata.finalizers if f != FINALIZER)
         meta = d.metadata.model_copy(update={"finalizers": finalizers})
         ctx.plan.device_update(d.model_copy(update={"metadata": meta}))
@@ -34,3 +36,14 @@ def release_deleted(ctx: Context) -> None:
                     Decision("released", (name,), "", "the device was deleted"),
                 )
             )
+
+
+def _interval_recorded(ctx: Context, d: GPUDevice) -> bool:
+    """Whether the device's removal would end only intervals with records. Its VMI's end
+    begins a Reserved interval once the attachments step detached it, and the reserved
+    step records that: both wait for a pass not cut short, and the removal waits for them
+    (a disabled binder detaches nothing, and waits for no detach)."""
+    if d.status.attachment is not None:
+        return not ctx.config.enabled
+    r = reservation(d, ctx.now)
+    return r is None or reservation_recorded(ctx.world, d.metadata.name, r)

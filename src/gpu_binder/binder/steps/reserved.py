@@ -13,7 +13,7 @@ from __future__ import annotations
 from gpu_binder.api.types import RecordKind, reserved_record_name
 from gpu_binder.binder import ledger
 from gpu_binder.binder.context import Context
-from gpu_binder.binder.intervals import Reservation, reservation, reserved_end
+from gpu_binder.binder.intervals import reservation, reservation_recorded, reserved_end
 from gpu_binder.binder.writes import OpenRecord, Update
 
 
@@ -31,7 +31,7 @@ def reserved_records(ctx: Context) -> None:
         if r is None:
             continue
         taken = ctx.memory.closed_records.get((name, RecordKind.RESERVED))
-        if _recorded(ctx, name, r) or (
+        if reservation_recorded(world, name, r) or (
             taken is not None and taken == (book, reserved_record_name(r.owner, name, r.start))
         ):
             opened[name] = d
@@ -63,14 +63,3 @@ def reserved_records(ctx: Context) -> None:
                 judged[key] = (rec, dev, copy)
                 continue
             ledger.stage(ctx.plan, Update(ledger.closed(rec, end)), book, copy)
-
-
-def _recorded(ctx: Context, device: str, r: Reservation) -> bool:
-    """Whether the device's interval has its open record: one of its owner with its start,
-    whatever its name (ledgerwrites.open_record)."""
-    world = ctx.world
-    for key in world.open_reserved.get(device, ()):
-        spec = world.records[key].spec
-        if spec.start == r.start and (spec.vm_uid or f"{spec.namespace}/{spec.vm}") == r.owner:
-            return True
-    return False
