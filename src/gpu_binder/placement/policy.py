@@ -71,19 +71,16 @@ def least_stranded(fit: Fit, outlook: Outlook) -> float:
     """The node, and class, where the order strands the fewest GPUs.
 
     Two costs in GPUs: the GPUs taken from a class in proportion to how much of it
-    restricted orders will claim (none for a class nobody needs, nor on a node whose free
-    GPUs, CPU and memory could take none of those orders) — and, when the order
-    breaks a whole node, the node's GPUs times its class's excess whole-node risk — and
-    the GPUs of the node that become unusable for the mix (negative when the order fills
-    a gap no other order could). A whole node stays whole while a partly used node can
-    take the order.
+    restricted orders will claim (none for a class nobody needs, nor on a node with
+    fewer GPUs free than any of those orders asks) — and, when the order breaks a whole
+    node, the node's GPUs times its class's excess whole-node risk — and the GPUs of the
+    node that become unusable for the mix (negative when the order fills a gap no other
+    order could). A whole node stays whole while a partly used node can take the order.
     """
     taken = fit.free - fit.leftover
     pressure = outlook.pressure.get(fit.class_name, 0.0)
     scarcity = 0.0
-    if pressure and outlook.mix.serves_claims(
-        fit.class_name, fit.free, fit.cpu_free, fit.memory_free
-    ):
+    if pressure and outlook.mix.serves_claims(fit.class_name, fit.free):
         scarcity = taken * pressure
     whole = outlook.whole.get(fit.class_name, 0)
     if taken and whole and fit.free >= whole:
