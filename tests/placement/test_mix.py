@@ -81,28 +81,14 @@ def test_a_class_every_restricted_order_of_another_accepts_is_never_cheaper() ->
         assert pressure["a"] >= pressure["b"] > 0.0
 
 
-def test_a_free_state_serves_claims_only_if_it_has_the_gpus_a_restricted_order_asks() -> None:
+def test_a_free_state_serves_claims_only_if_a_restricted_order_fits_it() -> None:
     m = mix_of(Demand(4, 0, 0, A), Demand(1, 0, 0, AB))
     m.set_shapes({"a": frozenset({(1, 8, 8), (8, 8, 8)}), "b": frozenset({(8, 8, 8)})})
     # Only the 4-GPU orders are restricted (to a); the 1-GPU ones fit every class.
-    assert m.serves_claims("a", 8)
-    assert m.serves_claims("a", 4)
-    assert not m.serves_claims("a", 3)
-    assert not m.serves_claims("b", 8)  # no restricted order claims b
+    assert m.serves_claims("a", 8, 8, 8)
+    assert not m.serves_claims("a", 1, 8, 8)
     m.add(Demand(1, 0, 0, A))
-    assert m.serves_claims("a", 1)
-
-
-def test_a_free_state_short_of_the_claims_cpu_or_memory_still_serves_them() -> None:
-    # The 2-GPU orders need 100 cores, which only a's large nodes have: they claim a. A
-    # state of a with 2 GPUs free is priced for them whatever CPU it has left (the
-    # policy's stranding term guards its cores; waiving the price drew CPU-hungry orders
-    # to the nodes poorest in cores).
-    m = mix_of(Demand(2, 100_000, 0, AB), Demand(1, 0, 0, AB))
-    m.set_shapes({"a": frozenset({(8, 128_000, 8)}), "b": frozenset({(8, 64_000, 8)})})
-    assert m.effective(Demand(2, 100_000, 0, AB)) == A
-    assert m.serves_claims("a", 2)
-    assert not m.serves_claims("b", 8)  # the claim accepts b but no node of b holds it
+    assert m.serves_claims("a", 1, 8, 8)
 
 
 def test_orders_that_go_leave_the_mix() -> None:

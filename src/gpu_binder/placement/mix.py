@@ -113,9 +113,8 @@ class Mix:
         self._log: list[tuple[Demand, int]] = []
         # (class, free GPUs, CPU, memory) -> [orders that fit, log position seen].
         self._fitting: dict[FitKey, list[int]] = {}
-        # (class, free GPUs) -> [restricted orders claiming the class that many GPUs
-        # hold, log position seen] (see serves_claims).
-        self._serving: dict[tuple[str, int], list[int]] = {}
+        # The same for the restricted orders (see serves_claims).
+        self._serving: dict[FitKey, list[int]] = {}
         # The same -> (GPUs the known orders would strand there, summed; log position),
         # all on one basis.
         self._stranded: dict[FitKey, tuple[float, int]] = {}
@@ -293,19 +292,12 @@ class Mix:
                 _pour(claimed, free, room, free_total * gpus / self.gpus)
         return {c: claimed[c] / n if c in claimed and n > 0 else 0.0 for c, n in free.items()}
 
-    def serves_claims(self, class_name: str, gpus: int) -> bool:
-        """Could a node of this class with this many GPUs free take a restricted order
-        that claims the class (see pressures)? If not, taking its GPUs costs those orders
-        nothing: a 1-GPU node is no use to the 8-GPU orders only its class holds.
-
-        GPUs alone decide, not the node's free CPU or memory. A state short of the claims'
-        cores or memory still has GPUs that other orders need cores for; waiving the
-        price there made the nodes poorest in CPU and memory per GPU the cheapest for
-        every order, and the CPU-hungry ones left their last GPUs without a core (default
-        trace online, docs/PLACEMENT.md). A state with fewer GPUs than every claim asks is
-        beyond the claims' use whatever takes it, and an order there leaves it smaller.
-        """
-        key = (class_name, gpus)
+    def serves_claims(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> bool:
+        """Could a node of this class with this much free take a restricted order that
+        claims the class (see pressures)? If not, taking its GPUs costs those orders
+        nothing: a 1-GPU node is no use to the 8-GPU orders only its class holds, nor are
+        GPUs left without the memory they ask for."""
+        key = (class_name, gpus, cpu_milli, memory_bytes)
         cached = self._serving.get(key)
         end = len(self._log)
         if cached is not None and cached[1] == end:
@@ -313,22 +305,25 @@ class Mix:
         if cached is not None and end - cached[1] <= len(self.counts):
             count = cached[0]
             for demand, n in self._log[cached[1] :]:
-                if self._claims(demand, class_name, gpus):
+                if self._claims(demand, class_name, gpus, cpu_milli, memory_bytes):
                     count += n
         else:
             count = sum(
-                n for demand, n in self.counts.items() if self._claims(demand, class_name, gpus)
+                n
+                for demand, n in self.counts.items()
+                if self._claims(demand, class_name, gpus, cpu_milli, memory_bytes)
             )
         self._serving[key] = [count, end]
         return count > 0
 
-    def _claims(self, demand: Demand, class_name: str, gpus: int) -> bool:
-        """Does the order claim the class (restricted: not every class with nodes holds
-        it; without node shapes, any order counts) with no more GPUs than these?"""
-        effective = self.effective(demand)
-        if self._shapes is not None and frozenset(self._shapes) <= effective:
+    def _claims(
+        self, demand: Demand, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int
+    ) -> bool:
+        """Is the order restricted (not every class with nodes holds it; without node
+        shapes, any order counts) and does it fit?"""
+        if self._shapes is not None and frozenset(self._shapes) <= self.effective(demand):
             return False
-        return class_name in effective and demand.gpus <= gpus
+        return demand.fits(class_name, gpus, cpu_milli, memory_bytes)
 
     def whole_risks(
         self, free: Mapping[str, int], whole_free: Mapping[str, int], sizes: Mapping[str, int]
