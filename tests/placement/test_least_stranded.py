@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpu_binder.placement import Candidate, Demand, Fit, Mix, Outlook, least_stranded, rank
+from gpu_binder.placement.policy import stranding
 
 A = frozenset({"a"})
+GiB = 1 << 30
 
 
 def best(
@@ -100,3 +104,49 @@ def test_a_node_no_claiming_order_fits_pays_no_pressure() -> None:
     big = Fit("b", 3, 4, "a", 8, 8)
     assert least_stranded(small, outlook) == least_stranded(small, unclaimed)
     assert least_stranded(big, outlook) == least_stranded(big, unclaimed) - 0.5
+
+
+def default_trace_in_small() -> tuple[Outlook, Fit, Fit]:
+    """The default trace online (seed 43) in small: 2-GPU orders asking 157 GiB fit only
+    nodes with that much memory, so they claim a (through its 8-GPU, 256 GiB nodes) and
+    b, priced alike. A 24-core 1-GPU order on a's 4-GPU, 32-core, 128 GiB node — no use
+    to the claims — leaves 3 GPUs with 8 cores; on b's 2-GPU, 104-core node it strands
+    almost nothing."""
+    everyone = frozenset({"a", "b", "c"})
+    mix = mix_of(
+        Demand(2, 30_000, 157 * GiB, everyone),
+        *[Demand(1, 24_000, 90 * GiB, everyone)] * 3,
+        *[Demand(1, 3_000, 5 * GiB, everyone)] * 6,
+    )
+    mix.set_shapes(
+        {
+            "a": frozenset({(4, 32_000, 128 * GiB), (8, 64_000, 256 * GiB)}),
+            "b": frozenset({(2, 104_000, 512 * GiB)}),
+            "c": frozenset({(1, 128_000, 1024 * GiB)}),
+        }
+    )
+    outlook = Outlook(mix, {"a": 0.3, "b": 0.3}, {"a": 8, "b": 2, "c": 1})
+    taken = (24_000, 90 * GiB)
+    cramped = Fit("a-4gpu-32core", 3, 4, "a", 32_000, 128 * GiB, *taken)
+    roomy = Fit("b-2gpu-104core", 1, 2, "b", 104_000, 512 * GiB, *taken)
+    return outlook, cramped, roomy
+
+
+def test_on_a_node_no_claim_fits_the_gpus_an_order_strands_pay_the_pressure() -> None:
+    # The GPUs stranded there are lost to the orders that could have used them, which
+    # take as many from the claimed classes instead.
+    outlook, cramped, _ = default_trace_in_small()
+    assert not outlook.mix.serves_claims("a", 4, 32_000, 128 * GiB)
+    unclaimed = Outlook(outlook.mix, {}, outlook.whole)
+    stranded = stranding(cramped, outlook)
+    assert stranded > 0.5
+    assert least_stranded(cramped, outlook) == pytest.approx(
+        least_stranded(cramped, unclaimed) - 0.3 * stranded
+    )
+
+
+def test_a_node_no_claim_fits_is_no_cheaper_place_to_strand_gpus() -> None:
+    # Free of the price, the cramped node won, and eight such nodes each lost a GPU to
+    # no cores (9 GPUs unallocated at 100%, against 0-1 with the stranding priced).
+    outlook, cramped, roomy = default_trace_in_small()
+    assert least_stranded(roomy, outlook) > least_stranded(cramped, outlook)

@@ -71,25 +71,40 @@ def least_stranded(fit: Fit, outlook: Outlook) -> float:
     """The node, and class, where the order strands the fewest GPUs.
 
     Two costs in GPUs: the GPUs taken from a class in proportion to how much of it
-    restricted orders will claim (none for a class nobody needs, nor on a node whose free
-    GPUs, CPU and memory could take none of those orders) — and, when the order
-    breaks a whole node, the node's GPUs times its class's excess whole-node risk — and
-    the GPUs of the node that become unusable for the mix (negative when the order fills
-    a gap no other order could). A whole node stays whole while a partly used node can
-    take the order.
+    restricted orders will claim (none for a class nobody needs; on a node whose free
+    GPUs, CPU and memory could take none of those orders, the GPUs it strands there
+    instead, see claim_cost) — and, when the order breaks a whole node, the node's GPUs
+    times its class's excess whole-node risk — and the GPUs of the node that become
+    unusable for the mix (negative when the order fills a gap no other order could). A
+    whole node stays whole while a partly used node can take the order.
     """
     taken = fit.free - fit.leftover
-    pressure = outlook.pressure.get(fit.class_name, 0.0)
-    scarcity = 0.0
-    if pressure and outlook.mix.serves_claims(
-        fit.class_name, fit.free, fit.cpu_free, fit.memory_free
-    ):
-        scarcity = taken * pressure
+    stranded = stranding(fit, outlook)
+    scarcity = claim_cost(fit, outlook, taken, stranded)
     whole = outlook.whole.get(fit.class_name, 0)
     if taken and whole and fit.free >= whole:
         # Breaking a whole node risks all of it for the orders that need one.
         scarcity += whole * outlook.whole_risk.get(fit.class_name, 0.0)
-    return -(scarcity + STRANDED_WEIGHT * stranding(fit, outlook))
+    return -(scarcity + STRANDED_WEIGHT * stranded)
+
+
+def claim_cost(fit: Fit, outlook: Outlook, taken: int, stranded: float) -> float:
+    """What the order costs the restricted orders that claim its class, in GPUs.
+
+    Where a claiming order could go, the GPUs it takes at the class's pressure. Where
+    none could (too few GPUs, cores or memory left for them), taking GPUs costs them
+    nothing — but GPUs the order strands there are lost to the orders that could have
+    used them, which then take as many elsewhere from the classes the claims share:
+    those pay the pressure. Free of it, the nodes poorest in cores or memory per GPU
+    were the cheapest place for every order, and the CPU-hungry ones left their GPUs
+    without a core (default trace online, docs/PLACEMENT.md).
+    """
+    pressure = outlook.pressure.get(fit.class_name, 0.0)
+    if not pressure:
+        return 0.0
+    if outlook.mix.serves_claims(fit.class_name, fit.free, fit.cpu_free, fit.memory_free):
+        return taken * pressure
+    return max(0.0, stranded) * pressure
 
 
 LEAST_STRANDED = "LeastStranded"
