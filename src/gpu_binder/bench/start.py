@@ -380,7 +380,11 @@ def main(
 
 
 def _install_rbac(cp: ControlPlane) -> None:
-    """deploy/binder/rbac.yaml: the binder runs as its ServiceAccount, as in a cluster."""
+    """deploy/ledger/ledger.yaml, then deploy/binder/rbac.yaml, as a cluster applies them:
+    the binder runs as its ServiceAccount, and its usage records have their namespace.
+    Without the ledger's, every record's create was a 404, which aborted each full pass
+    (after its binds, before its records, finalizers and VM annotations) and queued it
+    again 100 ms later, all through the burst."""
     import yaml
 
     paths = {
@@ -391,7 +395,9 @@ def _install_rbac(cp: ControlPlane) -> None:
         "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
         "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     }
-    for doc in yaml.safe_load_all((fleet.DEPLOY / "binder" / "rbac.yaml").read_text()):
+    manifests = (fleet.DEPLOY / "ledger" / "ledger.yaml", fleet.DEPLOY / "binder" / "rbac.yaml")
+    docs = [doc for path in manifests for doc in yaml.safe_load_all(path.read_text())]
+    for doc in docs:
         if doc:
             path = paths[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
             resp = cp.request("POST", path, doc)
