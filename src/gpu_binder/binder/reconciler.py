@@ -18,6 +18,7 @@ from gpu_binder.api.types import (
     GPUBindRequest,
     GPUDevice,
     GPUUsageRecord,
+    RequestPhase,
 )
 from gpu_binder.binder import ledger
 from gpu_binder.binder.config import Config
@@ -83,6 +84,7 @@ class Reconciler:
         recorder: Recorder | None = None,
         metrics: Metrics | None = None,
         is_leader: Callable[[], bool] | None = None,
+        on_answer: Callable[[GPUBindRequest], None] | None = None,
     ) -> None:
         from datetime import UTC
 
@@ -94,6 +96,10 @@ class Reconciler:
         self.metrics = metrics or Metrics()
         self.memory = Memory()
         self.is_leader = is_leader or (lambda: True)
+        # Told a bind request's Bound answer as its write starts, its devices' binds written
+        # already: this process's own webhook waiting for it admits on those durable binds,
+        # a round trip before the answer's own write enters the world (webhook.answers).
+        self.on_answer = on_answer
         self.last_full: datetime | None = None
         self.scope = Scope(full=True)
 
@@ -314,6 +320,8 @@ class Reconciler:
                 stop.append("lease")
                 return
             w = items[i]
+            if self.on_answer is not None and i in deps and _bound_answer(w):
+                self.on_answer(w.obj)
             try:
                 made = await writer.make(w.op)
             except NotFound:
@@ -395,6 +403,16 @@ class Reconciler:
                 self.world.devices.remove(name)
             else:
                 self.world.put_device(w.before)
+
+
+def _bound_answer(w: Write) -> bool:
+    """A request's Bound answer, made after its own devices' writes (Plan.after_deps)."""
+    obj = w.obj
+    return (
+        isinstance(w.op, Status)
+        and isinstance(obj, GPUBindRequest)
+        and obj.status.phase == RequestPhase.BOUND
+    )
 
 
 def _answer_of_a_gone_request(w: Write) -> bool:

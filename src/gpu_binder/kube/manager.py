@@ -153,6 +153,7 @@ class Manager:
             recorder=self.recorder,
             metrics=self.metrics,
             is_leader=self.is_leader,
+            on_answer=lambda request: self.answers.seen(request, False),
         )
 
     def is_leader(self) -> bool:
