@@ -71,3 +71,45 @@ async def test_a_request_deleted_while_waiting_is_answered_deleted() -> None:
     answers.seen(request, deleted=True)
     assert await waiting == "deleted"
     assert len(answers) == 0
+
+
+async def test_the_leaders_own_webhook_admits_on_the_binds_before_the_answers_write(
+    cluster: Cluster,
+) -> None:
+    """In the leader, an admission waiting for its request is told the Bound answer as its
+    write starts, once its devices' binds are written: it admits on those, a round trip
+    before the answer's own write comes back; the answer is written all the same."""
+    vm = cluster.vm("vm1", {"h100": 1})
+    gpu = cluster.gpu("node-a", 0)
+    answers = Answers()
+    cluster.world.on_request = answers.seen
+    admitter = Admitter(
+        cluster.world, cluster.client, Config(), answers=answers, leading=lambda: True
+    )
+    cluster.admitters.append(admitter)
+    reconciler = cluster.reconciler()
+    reconciler.on_answer = lambda request: answers.seen(request, False)
+    held, release = asyncio.Event(), asyncio.Event()
+    real_update_status = cluster.client.update_status
+
+    async def update_status(obj: Any) -> Any:
+        if isinstance(obj, GPUBindRequest):
+            held.set()
+            await release.wait()  # the answer's write, slow to come back
+        return await real_update_status(obj)
+
+    cluster.client.update_status = update_status  # type: ignore[method-assign]
+
+    async def binder() -> None:
+        while not cluster.world.pending_requests:
+            await asyncio.sleep(0.001)
+        await reconciler.reconcile(REQUESTS_KEY)
+
+    answering = asyncio.create_task(binder())
+    body = vmi_of(vm)
+    admitted = patched(await asyncio.wait_for(admitter.admit(review(body)), 5), body)
+    assert held.is_set() and not answering.done()  # admitted while the answer was written
+    assert gpu.name in str(admitted)
+    release.set()
+    await answering
+    assert await cluster.requests_left() == []

@@ -8,6 +8,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from gpu_binder.api.kubevirt import VirtualMachineInstance
 from gpu_binder.api.types import (
     Binding,
     BindReason,
@@ -19,7 +20,11 @@ from gpu_binder.api.types import (
 )
 from gpu_binder.binder.config import Config
 from gpu_binder.binder.reconciler import REQUESTS_KEY
+from gpu_binder.sim.admission import outcome
+from gpu_binder.sim.launcher import render_launcher_pod
 from gpu_binder.webhook.decision import Admitter, Respond
+from gpu_binder.webhook.pods import PodPinner
+from gpu_binder.webhook.review import review_request
 
 from .webhook_cluster import NS, T0, Cluster, patched, review, vmi_of
 
@@ -139,3 +144,39 @@ async def test_a_staged_or_newer_device_is_read(cluster: Cluster) -> None:
     reads = reads_of_devices(cluster)
     patched(await admitter.admit(review(vmi_of(vm), uid="review-2")), vmi_of(vm))
     assert reads == [gpu.name]
+
+
+async def test_the_leaders_pod_webhook_pins_to_its_own_writes_without_reading_them(
+    cluster: Cluster,
+) -> None:
+    """The pod webhook reads the set past the cache, as the VMI webhook does, and in the
+    leader takes the devices it wrote itself as read: a burst's every launcher pod read its
+    set's devices once more, while the leader had just written them (bench start)."""
+    vm = cluster.vm("vm1", {"h100": 1})
+    gpu = cluster.gpu("node-a", 4)
+    leading = [True]
+    admitter = leader_admitter(cluster, leading)
+
+    async def binder() -> None:
+        while not cluster.world.pending_requests:
+            await asyncio.sleep(0.001)
+        await cluster.reconciler().reconcile(REQUESTS_KEY)
+
+    answering = asyncio.create_task(binder())
+    vmi = patched(await admitter.admit(review(vmi_of(vm))), vmi_of(vm))
+    await answering
+    stored = cluster.client.put(VirtualMachineInstance.from_dict(vmi))
+    pod = render_launcher_pod(stored.to_dict())
+    body = review_request(pod, uid="pod-1", namespace=NS, group="", version="v1", kind="Pod")
+    pinner = PodPinner(cluster.world, Config(), client=cluster.client, leading=lambda: leading[0])
+    reads = reads_of_devices(cluster)
+
+    assert outcome(pod, await pinner.admit(body)) is not None
+    assert reads == []  # the set's device: the leader's own write
+    cluster.world.staged.add(gpu.name)  # a pass's decision over it, not written yet
+    assert (await pinner.admit(body))["response"]["allowed"]
+    assert reads == [gpu.name]
+    cluster.world.staged.discard(gpu.name)
+    leading[0] = False  # the lease lost: another may have moved it since
+    assert (await pinner.admit(body))["response"]["allowed"]
+    assert reads == [gpu.name, gpu.name]

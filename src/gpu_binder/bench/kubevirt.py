@@ -3,12 +3,19 @@
 its launcher pod and reporting where it was scheduled, virt-handler reporting it running.
 
 - VMI: `pkg/virt-controller/watch/vm/vm.go` `startVMI` creates it from the template
-  (`sim.builders.vmi_for`); a refused create is tried again after RETRY_AFTER, as the VM
-  controller's rate-limited requeue would.
+  (`sim.builders.vmi_for`); a refused create fails the sync, and `Controller.Execute`
+  queues the VM again with `Queue.AddRateLimited`, on the queue `NewController` makes with
+  client-go's `workqueue.DefaultTypedControllerRateLimiter`: 5 ms doubling per consecutive
+  failure of the VM up to 1000 s, and over all VMs a bucket of 10 retries a second, bursts
+  of 100 (`sim.ratelimit.ItemBackoff`, in real time here: `Requeue`); a success `Forget`s.
 - launcher pod: `pkg/virt-controller/watch/vmi/lifecycle.go` `sync` → `createPod` renders
   it with `services/template.go` `renderLaunchManifest` (`sim.launcher`, the shared
-  stand-in); a refused create (gpu-binder's pod webhook) is retried the same way, while the
-  VMI stays Pending.
+  stand-in); a refused create (gpu-binder's pod webhook) is retried the same way, by the
+  VMI controller's own queue (`watch/vmi/vmi.go` `Execute`, the same rate limiter), while
+  the VMI stays Pending.
+- Not played: the controllers' worker counts (`--vm-controller-threads`, 3 by default,
+  `watch/application.go`), which would bound how many creates wait on the webhook at once,
+  and the FailedCreate Event the VM controller records on each refusal.
 - Scheduled: `lifecycle.go` `updateStatus` sets the VMI `Scheduling` once its pod exists
   and `Scheduled`, with `status.nodeName` and the `kubevirt.io/nodeName` label, once the
   pod is ready on a node (KWOK makes a scheduled pod ready at once); each phase change
@@ -23,6 +30,7 @@ report is a merge patch of the VMI; with no KubeVirt webhook here, nothing rever
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,10 +39,8 @@ from gpu_binder.api.pod import Pod
 from gpu_binder.client.errors import ApiError, NotFound
 from gpu_binder.kube import KubeClient
 from gpu_binder.sim.launcher import render_launcher_pod
+from gpu_binder.sim.ratelimit import ItemBackoff
 
-# How long the VM controller and virt-controller wait before creating a refused VMI or
-# pod again (a stand-in for their rate-limited requeues).
-RETRY_AFTER = 1.0
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -47,29 +53,57 @@ def pods_path(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
 
 
-async def create_vmi(client: KubeClient, vmi: dict[str, Any], refused: list[str]) -> dict[str, Any]:
+class Requeue:
+    """One KubeVirt controller's queue, as far as its retries go: `AddRateLimited` after a
+    failed sync of a key, `Forget` after a good one (module docstring), in real time."""
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self.backoff = ItemBackoff()
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def after_failure(self, key: str) -> float:
+        """The seconds until the key's retry, its failure counted."""
+        now = self.clock()
+        self.backoff.due(now)  # the timers spent: the key's last retry among them
+        return max(0.0, (self.backoff.failed(key, now) - now).total_seconds())
+
+    def succeeded(self, key: str) -> None:
+        self.backoff.forget(key)
+
+
+async def create_vmi(
+    client: KubeClient, vmi: dict[str, Any], refused: list[str], requeue: Requeue
+) -> dict[str, Any]:
     """The VM controller's create, again after each refusal; the VMI as stored."""
-    path = vmis_path(vmi["metadata"]["namespace"])
+    meta = vmi["metadata"]
+    path, key = vmis_path(meta["namespace"]), f"{meta['namespace']}/{meta['name']}"
     while True:
         try:
-            return await client.request("POST", path, vmi)
+            stored = await client.request("POST", path, vmi)
         except ApiError as e:
             refused.append(e.message)
-            await asyncio.sleep(RETRY_AFTER)
+            await asyncio.sleep(requeue.after_failure(key))
+        else:
+            requeue.succeeded(key)
+            return stored
 
 
 async def create_launcher_pod(
-    client: KubeClient, vmi: dict[str, Any], refused: list[str]
+    client: KubeClient, vmi: dict[str, Any], refused: list[str], requeue: Requeue
 ) -> dict[str, Any]:
     """virt-controller's launcher pod for the stored VMI, again after each refusal."""
     pod = render_launcher_pod(vmi)
-    path = pods_path(vmi["metadata"]["namespace"])
+    meta = vmi["metadata"]
+    path, key = pods_path(meta["namespace"]), f"{meta['namespace']}/{meta['name']}"
     while True:
         try:
-            return await client.request("POST", path, pod)
+            created = await client.request("POST", path, pod)
         except ApiError as e:
             refused.append(e.message)
-            await asyncio.sleep(RETRY_AFTER)
+            await asyncio.sleep(requeue.after_failure(key))
+        else:
+            requeue.succeeded(key)
+            return created
 
 
 async def report_scheduled(client: KubeClient, pod: Pod) -> None:

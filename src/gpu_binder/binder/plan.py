@@ -61,6 +61,10 @@ class Write:
     before: GPUDevice | None = None
     notes: list[Note] = field(default_factory=list)
     placement: bool = False
+    # The writes (plan keys) this one is made after, as soon as they are all written,
+    # rather than in its wave (Plan.waves): a bind request's answer after its own devices.
+    # None: by its wave.
+    after: tuple[tuple[str, str], ...] | None = None
 
     @property
     def obj(self) -> Any:
@@ -69,7 +73,7 @@ class Write:
 
 @dataclass(frozen=True, slots=True)
 class Savepoint:
-    writes: dict[tuple[str, str], tuple[WriteOp, int, bool]]
+    writes: dict[tuple[str, str], tuple[WriteOp, int, bool, tuple[tuple[str, str], ...] | None]]
     notes: int
 
 
@@ -81,6 +85,9 @@ class Plan:
         self.now = now
         self.writes: dict[tuple[str, str], Write] = {}
         self.notes: list[Note] = []
+        # The device writes' keys in the order they were staged, each time: what one
+        # decision touched is touched[mark:] (`touched_since`).
+        self.touched: list[tuple[str, str]] = []
 
     def __len__(self) -> int:
         return len(self.writes)
@@ -106,19 +113,44 @@ class Plan:
         w.placement = w.placement or placement
         if note is not None:
             w.notes.append(note)
+        self.touched.append(key)
         self.world.staged.add(new.metadata.name)
         self.world.put_device(new)
 
-    def write(self, op: WriteOp, note: Note | None = None) -> None:
-        """A write of another kind: a request's answer or deletion, a record, a class status."""
+    def write(
+        self,
+        op: WriteOp,
+        note: Note | None = None,
+        after: tuple[tuple[str, str], ...] | None = None,
+    ) -> None:
+        """A write of another kind: a request's answer or deletion, a record, a class status.
+
+        `after`: the device writes it is made after, as soon as those are written (a bind
+        request's answer after its own devices' binds, not after every bind of the pass);
+        None: in its wave (`waves`)."""
         obj = target(op)
         meta = obj.metadata if hasattr(obj, "metadata") else None
         name = f"{meta.namespace}/{meta.name}" if meta is not None else str(id(op))
         key = (type(obj if obj is not None else op).__name__, name)
         w = self.writes.setdefault(key, Write(op))
         w.op = op
+        w.after = after
         if note is not None:
             w.notes.append(note)
+
+    def touched_since(self, mark: int) -> tuple[tuple[str, str], ...]:
+        """The device writes staged (or staged again) since len(touched) was mark."""
+        return tuple(dict.fromkeys(self.touched[mark:]))
+
+    def after_deps(self) -> dict[int, set[int]]:
+        """The writes made after others (`write`'s `after`), by index: the indices of the
+        writes of this plan each waits for (none left: it goes with the first wave)."""
+        index = {key: i for i, key in enumerate(self.writes)}
+        out: dict[int, set[int]] = {}
+        for i, w in enumerate(self.writes.values()):
+            if w.after is not None:
+                out[i] = {index[k] for k in w.after if k in index and index[k] != i}
+        return out
 
     def waves(self) -> list[list[int]]:
         """The writes' indices (in decision order) in the order they may be made: device
@@ -132,9 +164,14 @@ class Plan:
         A record opens after the closes: a device released and bound to another order
         before the binder looked closes one record and opens the next in one pass, and
         made together the ledger would hold both open for a moment, or for good if the
-        close was refused (invariant 11). The next pass opens what a stopped wave left."""
+        close was refused (invariant 11). The next pass opens what a stopped wave left.
+
+        Writes made after others (`after_deps`) are in no wave: the reconciler makes each
+        as soon as those it waits for are written."""
         waves: list[list[int]] = [[], [], [], [], []]
         for i, w in enumerate(self.writes.values()):
+            if w.after is not None:
+                continue
             if isinstance(w.obj, GPUUsageRecord) and is_copy(w.obj):
                 waves[4].append(i)
             elif isinstance(w.obj, GPUUsageRecord) and isinstance(w.op, Create | OpenRecord):
@@ -154,7 +191,7 @@ class Plan:
     def savepoint(self) -> Savepoint:
         """Where the plan stands, to take back decisions that turn out to be half of one."""
         return Savepoint(
-            {k: (w.op, len(w.notes), w.placement) for k, w in self.writes.items()},
+            {k: (w.op, len(w.notes), w.placement, w.after) for k, w in self.writes.items()},
             len(self.notes),
         )
 
@@ -171,7 +208,8 @@ class Plan:
                     else:
                         self.world.put_device(w.before)
                 continue
-            op, notes, placement = kept
+            op, notes, placement, after = kept
+            w.after = after
             if w.obj is not target(op):
                 w.op, w.placement = op, placement
                 if isinstance(w.obj, GPUDevice):

@@ -7,6 +7,7 @@ derived state after an aborted placement follow the reference reconciler (DESIGN
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from gpu_binder.api.types import (
     GPUBindRequest,
     GPUDevice,
     GPUUsageRecord,
+    RequestPhase,
 )
 from gpu_binder.binder import ledger
 from gpu_binder.binder.config import Config
@@ -82,6 +84,7 @@ class Reconciler:
         recorder: Recorder | None = None,
         metrics: Metrics | None = None,
         is_leader: Callable[[], bool] | None = None,
+        on_answer: Callable[[GPUBindRequest], None] | None = None,
     ) -> None:
         from datetime import UTC
 
@@ -93,6 +96,10 @@ class Reconciler:
         self.metrics = metrics or Metrics()
         self.memory = Memory()
         self.is_leader = is_leader or (lambda: True)
+        # Told a bind request's Bound answer as its write starts, its devices' binds written
+        # already: this process's own webhook waiting for it admits on those durable binds,
+        # a round trip before the answer's own write enters the world (webhook.answers).
+        self.on_answer = on_answer
         self.last_full: datetime | None = None
         self.scope = Scope(full=True)
 
@@ -256,7 +263,10 @@ class Reconciler:
     async def _write_all(self, plan: Plan, result: Result, notes: list[Note]) -> None:
         """Make the plan's writes, WRITES_IN_FLIGHT at a time, wave by wave (Plan.waves):
         binds, then the other device writes, then the rest, so a bind refused stops the
-        releases of its move and a request's answer is written after its devices.
+        releases of its move. A write made after others (a request's answer after its own
+        devices, Plan.after_deps) goes as soon as they are written, ahead of the writes
+        still waiting: a pass of a few dozen answers sends the first after two round trips,
+        not after every bind of the pass.
 
         The first conflict or error starts no more writes: those in flight finish (and
         enter the world), every write not made is un-staged. Writes of one wave touch
@@ -264,9 +274,18 @@ class Reconciler:
         """
         items = list(plan.writes.values())
         written: set[int] = set()
+        deps = plan.after_deps()
+        unlocks: dict[int, list[int]] = {}
+        for i, waits in deps.items():
+            for d in waits:
+                unlocks.setdefault(d, []).append(i)
+        waves = plan.waves()
+        ready = [i for i, waits in deps.items() if not waits]
+        if ready:
+            waves = [ready + waves[0], *waves[1:]] if waves else [ready]
         try:
-            for wave in plan.waves():
-                if await self._write_wave(items, wave, result, written):
+            for wave in waves:
+                if await self._write_wave(items, wave, result, written, (deps, unlocks)):
                     break
         finally:
             self._revert([w for i, w in enumerate(items) if i not in written])
@@ -280,58 +299,89 @@ class Reconciler:
             notes.extend(plan.notes)
 
     async def _write_wave(
-        self, items: list[Write], wave: list[int], result: Result, written: set[int]
+        self,
+        items: list[Write],
+        wave: list[int],
+        result: Result,
+        written: set[int],
+        after: tuple[dict[int, set[int]], dict[int, list[int]]] = ({}, {}),
     ) -> bool:
-        """One wave's writes; True when a conflict or an error stopped it (NotLeader is
-        raised once the writes in flight have finished)."""
+        """One wave's writes, and the writes made after them (`after`: what each waits
+        for, and whom each write unlocks); True when a conflict or an error stopped it
+        (NotLeader is raised once the writes in flight have finished)."""
         stop: list[str] = []  # why this wave starts no more writes (an earlier step's
         # abort does not stop this one's: release runs after a placement conflict)
-        limit = asyncio.Semaphore(WRITES_IN_FLIGHT)
+        deps, unlocks = after
+        ready = deque(wave)
+        in_flight = 0
+        changed = asyncio.Event()
         writer = Writer(self.client, self.world)  # the client as it is now (tests swap it)
 
         async def one(i: int) -> None:
-            async with limit:
-                if stop:
+            if not self.is_leader():
+                stop.append("lease")
+                return
+            w = items[i]
+            if self.on_answer is not None and i in deps and _bound_answer(w):
+                self.on_answer(w.obj)
+            try:
+                made = await writer.make(w.op)
+            except NotFound:
+                if _answer_of_a_gone_request(w):
+                    # Its webhook gave up waiting (bind timeout) and deleted it: nobody
+                    # reads this answer, and the devices bound for it stay the VM's. No
+                    # conflict: the step's other answers and placements are written.
+                    self.world.apply(WatchEvent("DELETED", w.obj))
+                    written.add(i)
                     return
-                if not self.is_leader():
-                    stop.append("lease")
-                    return
-                w = items[i]
-                try:
-                    made = await writer.make(w.op)
-                except NotFound:
-                    if _answer_of_a_gone_request(w):
-                        # Its webhook gave up waiting (bind timeout) and deleted it: nobody
-                        # reads this answer, and the devices bound for it stay the VM's. No
-                        # conflict: the step's other answers and placements are written.
-                        self.world.apply(WatchEvent("DELETED", w.obj))
-                        written.add(i)
-                        return
-                    stop.append("conflict")
-                    self._conflict(result)
-                    return
-                except Conflict:
-                    stop.append("conflict")
-                    self._conflict(result)
-                    return
-                except ApiError as e:
-                    stop.append("error")
-                    result.errors.append(e)
-                    result.aborted = True
-                    return
-                written.add(i)
-                result.writes += 1
-                self.metrics.writes.labels(w.op.VERB).inc()
-                if made is not None:
-                    # Write-through: the response enters the cache before the next decision.
-                    self.world.apply(WatchEvent("MODIFIED", made))
-                    if isinstance(made, GPUDevice):
-                        # As the API server holds it (World.written_device), for the webhook.
-                        name = made.metadata.name
-                        self.world.written[name] = made.metadata.resource_version
-                        self.world.staged.discard(name)
+                stop.append("conflict")
+                self._conflict(result)
+                return
+            except Conflict:
+                stop.append("conflict")
+                self._conflict(result)
+                return
+            except ApiError as e:
+                stop.append("error")
+                result.errors.append(e)
+                result.aborted = True
+                return
+            written.add(i)
+            result.writes += 1
+            self.metrics.writes.labels(w.op.VERB).inc()
+            if made is not None:
+                # Write-through: the response enters the cache before the next decision.
+                self.world.apply(WatchEvent("MODIFIED", made))
+                if isinstance(made, GPUDevice):
+                    # As the API server holds it (World.written_device), for the webhook.
+                    name = made.metadata.name
+                    self.world.written[name] = made.metadata.resource_version
+                    self.world.staged.discard(name)
 
-        await asyncio.gather(*(one(i) for i in wave))
+        async def worker() -> None:
+            nonlocal in_flight
+            while not stop:
+                if not ready:
+                    if not in_flight:
+                        return
+                    changed.clear()
+                    await changed.wait()  # a write in flight may unlock another
+                    continue
+                i = ready.popleft()
+                in_flight += 1
+                try:
+                    await one(i)
+                finally:
+                    in_flight -= 1
+                if i in written:
+                    for j in unlocks.get(i, ()):
+                        waits = deps[j]
+                        waits.discard(i)
+                        if not waits:
+                            ready.appendleft(j)  # ahead of the wave's writes not started
+                changed.set()
+
+        await asyncio.gather(*(worker() for _ in range(min(WRITES_IN_FLIGHT, len(ready)))))
         if "lease" in stop:
             raise NotLeader("lease lost: no more writes")
         return bool(stop)
@@ -355,6 +405,16 @@ class Reconciler:
                 self.world.devices.remove(name)
             else:
                 self.world.put_device(w.before)
+
+
+def _bound_answer(w: Write) -> bool:
+    """A request's Bound answer, made after its own devices' writes (Plan.after_deps)."""
+    obj = w.obj
+    return (
+        isinstance(w.op, Status)
+        and isinstance(obj, GPUBindRequest)
+        and obj.status.phase == RequestPhase.BOUND
+    )
 
 
 def _answer_of_a_gone_request(w: Write) -> bool:

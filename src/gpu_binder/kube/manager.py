@@ -108,7 +108,7 @@ class Manager:
         self.admitter = Admitter(
             self.world, client, self.config, answers=self.answers, leading=self.is_leader
         )
-        self.pods = PodPinner(self.world, self.config, client=client)
+        self.pods = PodPinner(self.world, self.config, client=client, leading=self.is_leader)
         self.elector = LeaderElector(
             client,
             self.options.lease_namespace,
@@ -153,6 +153,7 @@ class Manager:
             recorder=self.recorder,
             metrics=self.metrics,
             is_leader=self.is_leader,
+            on_answer=lambda request: self.answers.seen(request, False),
         )
 
     def is_leader(self) -> bool:

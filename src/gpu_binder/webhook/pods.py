@@ -29,7 +29,8 @@ before its pod, and the binding the leader just wrote (or a move of the set) may
 reached this replica's watch yet. So the VMI is read from the API server when the cache
 lacks it (or holds an older VMI of the same name), and the set's devices are always read
 fresh: the candidates are the cached set plus the devices the VMI's devices annotation
-names, and only those the API server says are bound to the order count. The annotation is
+names, and only those the API server says are bound to the order count (in the leader, a
+device it wrote itself is read from that write's response, World.written_device). The annotation is
 only a hint (a tenant may write it): a wrong one can get its own pod refused, never pinned
 to a node its set is not on.
 """
@@ -105,6 +106,7 @@ class PodPinner:
         clock: Callable[[], datetime] | None = None,
         *,
         client: Client | None = None,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         self.world = world
         self.config = config or Config()
@@ -112,6 +114,9 @@ class PodPinner:
         self.clock = clock or (lambda: datetime.now(UTC))
         # None: admit reads the world only, as decide does.
         self.client = client
+        # Whether this process leads, so that the devices its own writes returned are as
+        # the API server holds them (World.written_device); None: always read them.
+        self.leading = leading
 
     def decide(self, review: object) -> dict[str, Any]:
         """The response from the world alone; raises BadReview for malformed input."""
@@ -263,7 +268,15 @@ class PodPinner:
         return [d for d in read if d is not None]
 
     async def _read_device(self, name: str) -> GPUDevice | None:
+        """The device as the API server holds it: this leader's own last write of it when
+        the world still holds that (World.written_device, as the VMI webhook reads it),
+        else read. A burst's every launcher pod read its set's devices, which the leader
+        had just written, while the API server answered slowest (bench start)."""
         assert self.client is not None
+        if self.leading is not None and self.leading():
+            own = self.world.written_device(name)
+            if own is not None:
+                return own
         try:
             return await self.client.get(GPUDevice, name)
         except NotFound:

@@ -1,10 +1,13 @@
 """Bind requests: the webhook waits, so this step answers them before anything else.
 
 A pass answers at most `Config.requests_per_pass` of them, the oldest first, and the
-reconciler runs the requests key again at once while some wait: a pass writes its binds,
-then its answers (Plan.waves), so a burst of hundreds answered in one pass had every
-webhook wait for every bind of the burst, past its bind timeout; in passes of a few dozen
-the first answers go out after a few round trips, and the total written is the same.
+reconciler runs the requests key again at once while some wait: a burst of hundreds
+answered in one pass had every webhook wait for every bind of the burst, past its bind
+timeout; in passes of a few dozen the first answers go out after a few round trips, and
+the total written is the same. A Bound answer is written as soon as its own devices' writes
+are (Plan.write's `after`), ahead of the pass's binds not started yet, no longer after
+every bind of the pass (Plan.waves); a Failed one still waits for them all, as it counts
+on the room they take.
 
 It also deletes the answered requests their webhook left behind: the webhook deletes a
 request once it has read the answer, but a webhook that died in between leaves it, and a
@@ -99,6 +102,7 @@ def _delete_left(ctx: Context) -> None:
 
 
 def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
+    mark = len(ctx.plan.touched)
     world = ctx.world
     ns = req.metadata.namespace
     key = f"{ns}/{req.spec.vm.name}"
@@ -129,7 +133,11 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
             return
     alternatives = request_alternatives(req)
     outcome = complete(ctx, key, order, BindReason.REQUEST, not live, alternatives)
-    _reply(ctx, req, outcome.node, outcome.devices, outcome.message)
+    # A set bound is the answer's once its own devices' writes are made, whatever else
+    # the pass writes; a refusal counts on the room the pass's binds take, so it waits
+    # for them all (its wave).
+    after = ctx.plan.touched_since(mark) if outcome.ok else None
+    _reply(ctx, req, outcome.node, outcome.devices, outcome.message, after)
     if outcome.ok:
         ctx.unsay(f"refuse/{key}")
     else:
@@ -152,7 +160,12 @@ def _refuse(ctx: Context, key: str, message: str, reason: str = "GPURefused") ->
 
 
 def _reply(
-    ctx: Context, req: GPUBindRequest, node: str, devices: tuple[str, ...], message: str
+    ctx: Context,
+    req: GPUBindRequest,
+    node: str,
+    devices: tuple[str, ...],
+    message: str,
+    after: tuple[tuple[str, str], ...] | None = None,
 ) -> None:
     phase = RequestPhase.FAILED if message else RequestPhase.BOUND
     status = req.status.model_copy(
@@ -164,7 +177,7 @@ def _reply(
             "answered_at": ctx.now,
         }
     )
-    ctx.plan.write(Status(req.model_copy(update={"status": status})))
+    ctx.plan.write(Status(req.model_copy(update={"status": status})), after=after)
     key = f"{req.metadata.namespace}/{req.metadata.name}"
     expiry = ctx.memory.of(RequestsMemory).expiry
     expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)
