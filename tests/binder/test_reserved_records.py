@@ -6,7 +6,7 @@ immutable once closed."""
 from __future__ import annotations
 
 import itertools
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, RecordKind
@@ -204,6 +204,32 @@ def spans_by_vm(records: list[GPUUsageRecord]) -> list[GPUUsageRecord]:
     return sorted(records, key=lambda r: r.spec.vm)
 
 
+async def running(cluster: Cluster, gpus: int = 1) -> list[str]:
+    """A VM bound while stopped, then started: its VMI runs on its GPUs (their names)."""
+    await stopped(cluster, gpus=gpus)
+    cluster.set_running("vm", True)
+    cluster.start("vm")
+    await cluster.settle()
+    return sorted(cluster.set_of("vm"))
+
+
+async def finished_while_down(cluster: Cluster, *, delete_vm: bool) -> datetime:
+    """The VMI finishes an hour on (then its VM is deleted) while no binder runs; five
+    minutes later a binder starts. Returns the finish."""
+    finished = cluster.clock.advance(hours=1)
+    cluster.finish("vm", at=finished)
+    if delete_vm:
+        await cluster.delete_vm("vm")
+    cluster.clock.advance(minutes=5)
+    cluster.restart()
+    return finished
+
+
+def reserved_from(cluster: Cluster, start: datetime) -> list[str]:
+    """The devices with a Reserved record that starts then."""
+    return sorted(r.spec.device for r in cluster.reserved() if r.spec.start == start)
+
+
 async def test_a_vm_stopped_and_deleted_while_no_binder_ran_is_reserved_until_its_release(
     cluster: Cluster,
 ) -> None:
@@ -211,19 +237,12 @@ async def test_a_vm_stopped_and_deleted_while_no_binder_ran_is_reserved_until_it
     # detached the GPU at the finish and released it. It was bound with no VMI on it from
     # the finish to the release, and that interval had no record (was: the Reserved step
     # ran after the release, when the GPU was bound to no one; the sim's invariant 12).
-    await stopped(cluster)
-    cluster.set_running("vm", True)
-    cluster.start("vm")
-    await cluster.settle()
-    finished = cluster.clock.advance(hours=1)
-    cluster.finish("vm", at=finished)
-    await cluster.delete_vm("vm")
-    released = cluster.clock.advance(minutes=5)
-    cluster.restart()
+    await running(cluster)
+    finished = await finished_while_down(cluster, delete_vm=True)
     await cluster.settle()
     assert cluster.set_of("vm") == []
     reservations = [(r.spec.start, r.spec.end) for r in cluster.reserved()]
-    assert (finished, released) in reservations
+    assert (finished, finished + timedelta(minutes=5)) in reservations
 
 
 async def test_a_detach_in_a_pass_cut_short_is_reserved_until_the_release_that_follows(
@@ -233,21 +252,12 @@ async def test_a_detach_in_a_pass_cut_short_is_reserved_until_the_release_that_f
     # sets step still released that GPU in the same pass while the Reserved step, which
     # opens the record of the interval the detach began, was skipped (the sim's
     # invariant 12, seed 202). No release may follow a detach whose interval has no record.
-    await stopped(cluster, gpus=2)
-    cluster.set_running("vm", True)
-    cluster.start("vm")
-    await cluster.settle()
-    finished = cluster.clock.advance(hours=1)
-    cluster.finish("vm", at=finished)
-    await cluster.delete_vm("vm")
-    cluster.clock.advance(minutes=5)
-    cluster.restart()
-    devices = sorted(cluster.set_of("vm"))
+    devices = await running(cluster, gpus=2)
+    finished = await finished_while_down(cluster, delete_vm=True)
     cluster.client.conflict_next_write(GPUDevice, devices[-1])
     await cluster.settle()
     assert cluster.set_of("vm") == []
-    after_finish = sorted(r.spec.device for r in cluster.reserved() if r.spec.start == finished)
-    assert after_finish == devices
+    assert reserved_from(cluster, finished) == devices
 
 
 async def test_a_deleted_gpu_is_reserved_from_its_vmis_end_to_its_removal_in_a_pass_cut_short(
@@ -257,19 +267,11 @@ async def test_a_deleted_gpu_is_reserved_from_its_vmis_end_to_its_removal_in_a_p
     # ran; the binder came back, and a conflict cut its pass short before the detach:
     # the release of deleted devices (which runs in such a pass) took the GPU away still
     # attached, and the reservation from the VMI's end to the removal had no record.
-    await stopped(cluster, gpus=2)
-    cluster.set_running("vm", True)
-    cluster.start("vm")
-    await cluster.settle()
-    devices = sorted(cluster.set_of("vm"))
+    devices = await running(cluster, gpus=2)
     await cluster.delete_device(devices[0])
     await cluster.settle()
-    finished = cluster.clock.advance(hours=1)
-    cluster.finish("vm", at=finished)
-    cluster.clock.advance(minutes=5)
-    cluster.restart()
+    finished = await finished_while_down(cluster, delete_vm=False)
     cluster.client.conflict_next_write(GPUDevice, devices[-1])
     await cluster.settle()
     assert devices[0] not in cluster.world.devices.by_name
-    after_finish = sorted(r.spec.device for r in cluster.reserved() if r.spec.start == finished)
-    assert after_finish == devices
+    assert reserved_from(cluster, finished) == devices
