@@ -7,6 +7,7 @@ response at once, so the next decision never acts on what the binder itself repl
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
@@ -160,10 +161,11 @@ class World(Orders):
         elif isinstance(obj, VirtualMachineInstance):
             self._apply_vmi(obj, deleted)
         elif isinstance(obj, VirtualMachine):
-            _put(self.vms, obj.key, obj, deleted)
-            self._index_revision(obj.key, "" if deleted else revision_key(obj))
-            self.devices.touch_key(obj.key)
-            self._order_changed(obj.key)
+            key = sys.intern(obj.key)  # the key object of the device index (touch_key)
+            _put(self.vms, key, obj, deleted)
+            self._index_revision(key, "" if deleted else revision_key(obj))
+            self.devices.touch_key(key)
+            self._order_changed(key)
         elif isinstance(obj, ControllerRevision):
             deleted = deleted or not obj.is_instancetype
             _put(self.revisions, obj.key, obj, deleted)

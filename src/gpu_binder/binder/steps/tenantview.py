@@ -15,11 +15,22 @@ pass over an unchanged world.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 
+from gpu_binder.api.kubevirt import VirtualMachine
 from gpu_binder.api.types import DEVICES_ANNOTATION
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.writes import Annotations
+
+
+@dataclass
+class TenantViewMemory:
+    # Per VM key, the VM object and its set's generation (DeviceIndex.key_gen, bumped by
+    # every write of a device bound to the key) when its annotation was last found right:
+    # a class change's sweep over thousands of unchanged VMs then costs two lookups per
+    # VM, not a walk through every device of every set (the step's largest cost).
+    shown: dict[str, tuple[VirtualMachine, int | None]] = field(default_factory=dict)
 
 
 def held_by(ctx: Context, key: str, uid: str) -> str:
@@ -36,18 +47,38 @@ def held_by(ctx: Context, key: str, uid: str) -> str:
 
 def vm_annotations(ctx: Context) -> None:
     world = ctx.world
+    shown = ctx.memory.of(TenantViewMemory).shown
+    key_gen = world.devices.key_gen
     # No clock changes a set: only the keys an event or this pass touched, but for a first
     # pass (or a class change), which looks at every VM once.
     keys = world.vms.keys() if ctx.scope.exhaustive else ctx.scope.changed_keys(world)
-    for key in sorted(keys):
+    stale: list[tuple[str, VirtualMachine, str]] = []
+    for key in keys:
         vm = world.vms.get(key)
         if vm is None or vm.metadata.deletion_timestamp is not None:
             continue
+        seen = shown.get(key)
+        if seen is not None and seen[0] is vm and seen[1] == key_gen.get(key):
+            continue
         want = held_by(ctx, key, vm.metadata.uid)
         if vm.metadata.annotations.get(DEVICES_ANNOTATION, "") == want:
+            shown[key] = (vm, key_gen.get(key))
             continue
+        stale.append((key, vm, want))
+    _prune(shown, world.vms)
+    # Ordered only now, the few VMs to write: sorting every key of a sweep grew faster
+    # than the keys, and the writes go in the same order as before.
+    for _, vm, want in sorted(stale, key=lambda item: item[0]):
         annotations = {k: v for k, v in vm.metadata.annotations.items() if k != DEVICES_ANNOTATION}
         if want:
             annotations[DEVICES_ANNOTATION] = want
         meta = vm.metadata.model_copy(update={"annotations": annotations})
         ctx.plan.write(Annotations(replace(vm, metadata=meta)))
+
+
+def _prune(shown: dict[str, tuple[VirtualMachine, int | None]], vms: Collection[str]) -> None:
+    """Drop the entries of VMs that are gone once they could outnumber the live ones, so
+    the memory holds at most twice what exists at amortized constant cost per pass."""
+    if len(shown) > 2 * len(vms):
+        for key in [k for k in shown if k not in vms]:
+            del shown[key]
