@@ -78,8 +78,9 @@ async def run(devices: int, repeat: int = 20, seed: int = 1, profile: int = 0) -
         if devs:
             f.client.put(fx.running_vmi(v, devs[0].spec.node_name, [d.metadata.name for d in devs]))
     await _settle(r)
-    # The caches live as long as the binder: `gpu-binder run` freezes them after its first
-    # sync too, so the collector's full scans do not walk every cached object per pass.
+    # The settled caches are frozen so that the figures time the passes, not the cyclic
+    # collector's full scans of every cached object. `gpu-binder run` does not freeze its
+    # caches (yet): what full collections cost a real pass is not measured here.
     gc.freeze()
 
     writes_before = f.client.writes
