@@ -21,7 +21,7 @@ from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import eviction_strategy
-from gpu_binder.cache.deviceindex import DRAIN_BLOCKED
+from gpu_binder.cache.deviceindex import DRAIN_BLOCKED, DeviceIndex
 
 # The strategies under which KubeVirt evicts no non-migratable VMI.
 BLOCKING = frozenset({"LiveMigrate", "External"})
@@ -33,7 +33,8 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
     world = ctx.world
     default = ""
     out: dict[str, tuple[str, str]] = {}
-    for name in world.devices.names_on(node):
+    # Only attached devices can name a VMI: the index spares a look at every other one.
+    for name in world.devices.names_on(node) & world.devices.attached:
         att = world.devices.by_name[name].status.attachment
         if att is None or att.vmi.key in out:
             continue
@@ -64,7 +65,7 @@ def drains(ctx: Context) -> None:
     for node in sorted(world.cordoned | flagged):
         blockers = blocking(ctx, node) if node in world.cordoned else {}
         cond = _condition(ctx, node, blockers) if blockers else None
-        for name in sorted(devices.names_on(node)):
+        for name in _to_look_at(devices, node, cond is None):
             d = devices.by_name[name]
             have = tuple(c for c in d.status.conditions if c.type == DRAIN_BLOCKED)
             if cond is None:
@@ -97,6 +98,14 @@ def drains(ctx: Context) -> None:
     for key in sorted(said - still):
         said.discard(key)
         ctx.unsay(f"drain/{key}")
+
+
+def _to_look_at(devices: DeviceIndex, node: str, unblocked: bool) -> list[str]:
+    """The node's devices whose condition may change, in name order: on a node whose drain
+    waits for no VMI, only those still carrying DrainBlocked (the index knows them, and
+    the node's other devices have nothing to drop)."""
+    names = devices.names_on(node)
+    return sorted(names & devices.drain_flagged if unblocked else names)
 
 
 def _condition(ctx: Context, node: str, blockers: dict[str, tuple[str, str]]) -> Condition:
