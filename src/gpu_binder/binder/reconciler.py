@@ -329,7 +329,11 @@ class Reconciler:
                         self.world.written[name] = made.metadata.resource_version
                         self.world.staged.discard(name)
 
-        await asyncio.gather(*(one(i) for i in wave))
+        if len(wave) == 1:
+            # Nothing to overlap a lone write with: awaited here, without a task for it.
+            await one(wave[0])
+        else:
+            await asyncio.gather(*(one(i) for i in wave))
         if "lease" in stop:
             raise NotLeader("lease lost: no more writes")
         return bool(stop)
