@@ -206,7 +206,9 @@ def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]
     devices = ctx.world.devices
     out: list[Victim] = []
     for vkey, devs in sorted(_bound_on(ctx, node).items()):
-        if vkey == key or not movable(ctx, vkey):
+        # A set attached here is in use, which movable would find last and dearest: most
+        # sets on a node are of running VMs, and a search walks every node of the class.
+        if vkey == key or _attached(devs) or not movable(ctx, vkey):
             continue
         # What the node gets back: devices of the class a new tenant may take once released.
         gpus = sum(1 for d in devs if d.status.class_name == class_name and _reusable(d))
@@ -214,6 +216,10 @@ def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]
         if gpus or cpu or memory:
             out.append(Victim(vkey, gpus, cpu, memory))
     return out
+
+
+def _attached(devs: list[GPUDevice]) -> bool:
+    return any(d.status.attachment is not None for d in devs)
 
 
 def _reusable(d: GPUDevice) -> bool:
