@@ -82,3 +82,9 @@ def _matcher(text: str) -> Callable[[Mapping[str, str]], bool]:
 def selector_matches(text: str, labels: Mapping[str, str]) -> bool:
     """Whether labels satisfy the selector; raises ValueError on a malformed selector."""
     return _matcher(text)(labels)
+
+
+def selector_matcher(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """The selector as one function of labels, for a list to call on every object;
+    raises ValueError on a malformed selector."""
+    return _matcher(text)
