@@ -33,13 +33,11 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
     world = ctx.world
     default = ""
     out: dict[str, tuple[str, str]] = {}
-    # Only attached devices can name a VMI: the index spares a look at every other one.
-    for name in world.devices.names_on(node) & world.devices.attached:
-        att = world.devices.by_name[name].status.attachment
-        if att is None or att.vmi.key in out:
+    for vmi_key, uid in _attached_vmis(ctx, node):
+        if vmi_key in out:
             continue
-        vmi = world.vmis.get(att.vmi.key)
-        if vmi is None or not vmi.live or vmi.metadata.uid != att.vmi.uid:
+        vmi = world.vmis.get(vmi_key)
+        if vmi is None or not vmi.live or vmi.metadata.uid != uid:
             continue
         strategy = vmi.eviction_strategy
         if not strategy:
@@ -50,10 +48,31 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _attached_vmis(ctx: Context, node: str) -> frozenset[tuple[str, str]]:
+    """The (key, uid) of the VMIs the node's devices are attached to, kept until a device
+    of the node changes: every pass asks for every cordoned node, and few change."""
+    devices = ctx.world.devices
+    gen = devices.node_gen.get(node, 0)
+    memory = ctx.memory.of(DrainsMemory).attached_on
+    cached = memory.get(node)
+    if cached is not None and cached[0] == gen:
+        return cached[1]
+    # Only attached devices can name a VMI: the index spares a look at every other one.
+    vmis = frozenset(
+        (att.vmi.key, att.vmi.uid)
+        for name in devices.names_on(node) & devices.attached
+        if (att := devices.by_name[name].status.attachment) is not None
+    )
+    memory[node] = (gen, vmis)
+    return vmis
+
+
 @dataclass
 class DrainsMemory:
     # Orders whose VMI was said to block a drain, to unsay once it does not.
     blocked: set[str] = field(default_factory=set)
+    # Per node: the VMIs its devices are attached to, as of a device generation.
+    attached_on: dict[str, tuple[int, frozenset[tuple[str, str]]]] = field(default_factory=dict)
 
 
 def drains(ctx: Context) -> None:
