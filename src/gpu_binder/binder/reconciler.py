@@ -243,6 +243,8 @@ class Reconciler:
         await self._execute(ctx.plan, now, result)
 
     async def _execute(self, plan: Plan, now: datetime, result: Result) -> None:
+        if not plan.writes and not plan.notes:
+            return  # most steps of a pass decide nothing: no write to make, no Event to tell
         notes: list[Note] = []
         try:
             await self._write_all(plan, result, notes)
