@@ -252,6 +252,8 @@ class Reconciler:
         await self._execute(ctx.plan, now, result)
 
     async def _execute(self, plan: Plan, now: datetime, result: Result) -> None:
+        if not plan.writes and not plan.notes:
+            return  # most steps of a pass decide nothing: no write to make, no Event to tell
         notes: list[Note] = []
         try:
             await self._write_all(plan, result, notes)
@@ -381,7 +383,11 @@ class Reconciler:
                             ready.appendleft(j)  # ahead of the wave's writes not started
                 changed.set()
 
-        await asyncio.gather(*(worker() for _ in range(min(WRITES_IN_FLIGHT, len(ready)))))
+        if len(ready) == 1 and not unlocks:
+            # Nothing to overlap a lone write with: awaited here, without a task for it.
+            await one(ready[0])
+        else:
+            await asyncio.gather(*(worker() for _ in range(min(WRITES_IN_FLIGHT, len(ready)))))
         if "lease" in stop:
             raise NotLeader("lease lost: no more writes")
         return bool(stop)

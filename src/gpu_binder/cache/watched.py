@@ -75,6 +75,21 @@ def _in_selection(obj: Any) -> bool:
     return True
 
 
+def _selection_of(kind: type[Any]) -> Callable[[Any], bool] | None:
+    """The predicate of `_in_selection` for objects of one kind (None: all of them)."""
+    if issubclass(kind, GPUUsageRecord):
+        return watched_record
+    if issubclass(kind, ControllerRevision):
+        return _is_instancetype
+    if issubclass(kind, Pod):
+        return is_launcher_pod
+    return None
+
+
+def _is_instancetype(revision: ControllerRevision) -> bool:
+    return revision.is_instancetype
+
+
 def _watched(obj: Any, kubevirt_namespace: str) -> bool:
     """Whether the binder watches obj's kind where obj is."""
     if not isinstance(obj, WATCHED):
@@ -115,6 +130,21 @@ def listed(
     """A fresh binder's first list, as ADDED events: kind by kind in WATCHED's order, the
     objects of each (`objects(kind)`) its informer lists, in its namespace and selection."""
     for kind in WATCHED:
+        # The kind's namespace and selection once, not per object: a relist walks every
+        # stored object (closed records and ended pods too).
+        namespace = namespace_of(kind, kubevirt_namespace)
+        selects = _selection_of(kind)
         for obj in objects(kind):
-            if _watched(obj, kubevirt_namespace) and _in_selection(obj):
+            if (namespace is None or obj.metadata.namespace == namespace) and (
+                selects is None or selects(obj)
+            ):
                 yield WatchEvent("ADDED", obj)
+
+
+def fill(
+    world: World, objects: Callable[[type[Any]], Iterable[Any]], kubevirt_namespace: str
+) -> None:
+    """Show a fresh world its first list (`listed`): its events are as the informers
+    deliver them already, so they skip `feed`'s selection."""
+    for event in listed(objects, kubevirt_namespace):
+        world.apply(event)

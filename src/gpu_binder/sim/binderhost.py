@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from gpu_binder.binder import Config, Reconciler, Recorder
-from gpu_binder.cache import WATCHED, World, feed, listed
+from gpu_binder.cache import WATCHED, World, feed, fill
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.sim.memory import MemoryClient
 
@@ -46,7 +46,7 @@ class BinderHost:
 
     def _listed(self) -> World:
         world = World(clock=self.clock if self._observing else None)
-        feed(world, listed(self.client.objects, self._namespace), self._namespace)
+        fill(world, self.client.objects, self._namespace)
         return world
 
     @property

@@ -9,7 +9,7 @@ watches with a bounded history. The store (sim.store) holds typed, immutable obj
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
@@ -21,12 +21,20 @@ from gpu_binder.client.interface import Client, ListResult, WatchEvent
 from gpu_binder.sim.builders import iso
 from gpu_binder.sim.merge import merge_patch
 from gpu_binder.sim.objects import NO_STATUS, evolve, stamp
-from gpu_binder.sim.selectors import parse_selector, selector_matches
+from gpu_binder.sim.selectors import parse_selector, selector_matcher, selector_matches
 from gpu_binder.sim.store import Store
 from gpu_binder.sim.watch import Selected
 
 # The core Node keeps the status it is created with; custom resources drop it.
 _STATUS_ON_CREATE = frozenset({"Node"})
+
+
+def _matcher(label_selector: str) -> Callable[[Mapping[str, str]], bool]:
+    """The selector's function, once per list (a relist of records calls it on each)."""
+    try:
+        return selector_matcher(label_selector)
+    except ValueError as e:
+        raise Invalid(str(e)) from None
 
 
 class MemoryClient(Store):
@@ -45,12 +53,13 @@ class MemoryClient(Store):
         label_selector: str | None = None,
     ) -> ListResult[T]:
         k = self._kind(kind)
+        selects = _matcher(label_selector) if label_selector else None
         # Selected first, then sorted by key: a selective list of a big kind sorts little.
         chosen = [
             (key, obj)
             for key, obj in k.objects.items()
             if (not namespace or key[0] == namespace)
-            and (not label_selector or self._selects(label_selector, obj))
+            and (selects is None or selects(obj.metadata.labels))
         ]
         chosen.sort(key=itemgetter(0))
         return ListResult(items=[obj for _, obj in chosen], resource_version=str(self._rv))

@@ -71,7 +71,7 @@ def _matcher(text: str) -> Callable[[Mapping[str, str]], bool]:
     """One function for a selector: relisting every record of a big kind calls it often."""
     requirements = parse_selector(text)
     if len(requirements) == 1:
-        return requirements[0].matches
+        return _compiled(requirements[0])
 
     def matches(labels: Mapping[str, str]) -> bool:
         return all(r.matches(labels) for r in requirements)
@@ -79,6 +79,24 @@ def _matcher(text: str) -> Callable[[Mapping[str, str]], bool]:
     return matches
 
 
+def _compiled(r: Requirement) -> Callable[[Mapping[str, str]], bool]:
+    """r.matches without its dispatch on the operator, for a requirement used alone."""
+    key, values = r.key, r.values
+    if r.op == "in":
+        return lambda labels: (value := labels.get(key)) is not None and value in values
+    if r.op == "notin":
+        return lambda labels: (value := labels.get(key)) is None or value not in values
+    if r.op == "exists":
+        return lambda labels: labels.get(key) is not None
+    return lambda labels: labels.get(key) is None
+
+
 def selector_matches(text: str, labels: Mapping[str, str]) -> bool:
     """Whether labels satisfy the selector; raises ValueError on a malformed selector."""
     return _matcher(text)(labels)
+
+
+def selector_matcher(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """The selector as one function of labels, for a list to call on every object;
+    raises ValueError on a malformed selector."""
+    return _matcher(text)

@@ -51,8 +51,11 @@ class Room:
 
 @dataclass
 class DefragMemory:
-    # Per node: its bound devices by VM key, as of a device generation (_bound_on).
-    bound_on_node: dict[str, tuple[int, dict[str, list[GPUDevice]]]] = field(default_factory=dict)
+    # Per node: its sets with no device attached, by VM key, as of a device generation
+    # (_idle_on).
+    idle_on_node: dict[str, tuple[int, list[tuple[str, list[GPUDevice]]]]] = field(
+        default_factory=dict
+    )
 
 
 def defrag(ctx: Context) -> None:
@@ -183,14 +186,15 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
     return None
 
 
-def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
-    """The node's bound devices by VM key, kept until a device of the node changes: a
-    search walks every node of a class, again on each resync, and most nodes are as the
-    last search found them."""
+def _idle_on(ctx: Context, node: str) -> list[tuple[str, list[GPUDevice]]]:
+    """The node's bound devices by VM key, of the sets with no device attached there (one
+    attached is in use, and most sets of a node are running VMs'), kept until a device of
+    the node changes: a search walks every node of a class, again on each resync, and most
+    nodes are as the last search found them."""
     devices = ctx.world.devices
     gen = devices.node_gen.get(node, 0)
     memory = ctx.memory.of(DefragMemory)
-    cached = memory.bound_on_node.get(node)
+    cached = memory.idle_on_node.get(node)
     if cached is not None and cached[0] == gen:
         return cached[1]
     by_key: dict[str, list[GPUDevice]] = {}
@@ -198,14 +202,15 @@ def _bound_on(ctx: Context, node: str) -> dict[str, list[GPUDevice]]:
         d = devices.by_name[name]
         if d.status.binding is not None:
             by_key.setdefault(d.status.binding.vm.key, []).append(d)
-    memory.bound_on_node[node] = (gen, by_key)
-    return by_key
+    idle = [(k, devs) for k, devs in sorted(by_key.items()) if not _attached(devs)]
+    memory.idle_on_node[node] = (gen, idle)
+    return idle
 
 
 def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]:
     devices = ctx.world.devices
     out: list[Victim] = []
-    for vkey, devs in sorted(_bound_on(ctx, node).items()):
+    for vkey, devs in _idle_on(ctx, node):
         if vkey == key or not movable(ctx, vkey):
             continue
         # What the node gets back: devices of the class a new tenant may take once released.
@@ -214,6 +219,10 @@ def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]
         if gpus or cpu or memory:
             out.append(Victim(vkey, gpus, cpu, memory))
     return out
+
+
+def _attached(devs: list[GPUDevice]) -> bool:
+    return any(d.status.attachment is not None for d in devs)
 
 
 def _reusable(d: GPUDevice) -> bool:

@@ -21,7 +21,7 @@ from gpu_binder.api.meta import Condition, set_condition
 from gpu_binder.binder import ops
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.kubevirtcr import eviction_strategy
-from gpu_binder.cache.deviceindex import DRAIN_BLOCKED
+from gpu_binder.cache.deviceindex import DRAIN_BLOCKED, DeviceIndex
 
 # The strategies under which KubeVirt evicts no non-migratable VMI.
 BLOCKING = frozenset({"LiveMigrate", "External"})
@@ -33,12 +33,11 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
     world = ctx.world
     default = ""
     out: dict[str, tuple[str, str]] = {}
-    for name in world.devices.names_on(node):
-        att = world.devices.by_name[name].status.attachment
-        if att is None or att.vmi.key in out:
+    for vmi_key, uid in _attached_vmis(ctx, node):
+        if vmi_key in out:
             continue
-        vmi = world.vmis.get(att.vmi.key)
-        if vmi is None or not vmi.live or vmi.metadata.uid != att.vmi.uid:
+        vmi = world.vmis.get(vmi_key)
+        if vmi is None or not vmi.live or vmi.metadata.uid != uid:
             continue
         strategy = vmi.eviction_strategy
         if not strategy:
@@ -49,10 +48,31 @@ def blocking(ctx: Context, node: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _attached_vmis(ctx: Context, node: str) -> frozenset[tuple[str, str]]:
+    """The (key, uid) of the VMIs the node's devices are attached to, kept until a device
+    of the node changes: every pass asks for every cordoned node, and few change."""
+    devices = ctx.world.devices
+    gen = devices.node_gen.get(node, 0)
+    memory = ctx.memory.of(DrainsMemory).attached_on
+    cached = memory.get(node)
+    if cached is not None and cached[0] == gen:
+        return cached[1]
+    # Only attached devices can name a VMI: the index spares a look at every other one.
+    vmis = frozenset(
+        (att.vmi.key, att.vmi.uid)
+        for name in devices.names_on(node) & devices.attached
+        if (att := devices.by_name[name].status.attachment) is not None
+    )
+    memory[node] = (gen, vmis)
+    return vmis
+
+
 @dataclass
 class DrainsMemory:
     # Orders whose VMI was said to block a drain, to unsay once it does not.
     blocked: set[str] = field(default_factory=set)
+    # Per node: the VMIs its devices are attached to, as of a device generation.
+    attached_on: dict[str, tuple[int, frozenset[tuple[str, str]]]] = field(default_factory=dict)
 
 
 def drains(ctx: Context) -> None:
@@ -64,7 +84,7 @@ def drains(ctx: Context) -> None:
     for node in sorted(world.cordoned | flagged):
         blockers = blocking(ctx, node) if node in world.cordoned else {}
         cond = _condition(ctx, node, blockers) if blockers else None
-        for name in sorted(devices.names_on(node)):
+        for name in _to_look_at(devices, node, cond is None):
             d = devices.by_name[name]
             have = tuple(c for c in d.status.conditions if c.type == DRAIN_BLOCKED)
             if cond is None:
@@ -97,6 +117,14 @@ def drains(ctx: Context) -> None:
     for key in sorted(said - still):
         said.discard(key)
         ctx.unsay(f"drain/{key}")
+
+
+def _to_look_at(devices: DeviceIndex, node: str, unblocked: bool) -> list[str]:
+    """The node's devices whose condition may change, in name order: on a node whose drain
+    waits for no VMI, only those still carrying DrainBlocked (the index knows them, and
+    the node's other devices have nothing to drop)."""
+    names = devices.names_on(node)
+    return sorted(names & devices.drain_flagged if unblocked else names)
 
 
 def _condition(ctx: Context, node: str, blockers: dict[str, tuple[str, str]]) -> Condition:
