@@ -24,7 +24,7 @@ from gpu_binder.api.meta import ObjectMeta, utc
 from gpu_binder.client.errors import Conflict, Invalid, NotFound
 from gpu_binder.client.interface import EventType, WatchEvent
 from gpu_binder.sim.conflicts import ConflictInjector, ConflictPredicate
-from gpu_binder.sim.fieldmanagers import carried
+from gpu_binder.sim.fieldmanagers import MANAGED_KINDS, carried
 from gpu_binder.sim.objects import assemble, evolve, same, spec_of, stamp
 from gpu_binder.sim.owners import Owners
 from gpu_binder.sim.selectors import selector_matches
@@ -239,7 +239,10 @@ class Store:
         written: bool = False,
     ) -> Any:
         """A new version of stored (None: a creation) from given; `written`: by a create or
-        an update, which stamps its manager's managedFields entry (sim.fieldmanagers)."""
+        an update, which stamps its manager's managedFields entry (sim.fieldmanagers), on
+        the kinds that keep them."""
+        if k.resource.kind not in MANAGED_KINDS:
+            return assemble(given, meta, status_of, stored, lambda raw: self._parse(k, raw))
         now = self._now() if written else None
         return assemble(
             given, meta, status_of, stored, lambda raw: self._parse(k, carried(raw, stored, now))
