@@ -17,9 +17,7 @@ from .cluster import NAMESPACE, Cluster
 
 async def running(cluster: Cluster) -> list[str]:
     """vm runs on node-a with its 2 GPUs attached and its launcher pod Running there."""
-    cluster.node("node-a")
-    cluster.vm("vm", 2, running=True)
-    await cluster.settle()
+    await bound(cluster)
     cluster.start("vm")
     launcher_pod(cluster)
     await cluster.settle()
@@ -55,6 +53,17 @@ def tenant_reports(cluster: Cluster, phase: str) -> None:
     stamp = {"phase": phase, "phaseTransitionTimestamp": cluster.clock.now.isoformat()}
     raw["status"] = {**raw["status"], "phase": phase, "phaseTransitionTimestamps": [stamp]}
     cluster.client.put(VirtualMachineInstance.from_dict(raw))
+
+
+async def bound(cluster: Cluster) -> None:
+    """vm's 2 GPUs bound on node-a, its VMI not started yet."""
+    cluster.node("node-a")
+    cluster.vm("vm", 2, running=True)
+    await cluster.settle()
+
+
+def record_starts(cluster: Cluster) -> set[datetime]:
+    return {r.spec.start for r in cluster.records()}
 
 
 def open_records(cluster: Cluster) -> int:
@@ -138,15 +147,13 @@ async def test_a_start_its_tenant_stamped_later_is_billed_from_its_pods_binding(
 ) -> None:
     """No binder saw the VMI unstarted (it was down): the Scheduled time in the VMI's
     status, which its tenant may have moved, is no later than its pod's binding."""
-    cluster.node("node-a")
-    cluster.vm("vm", 2, running=True)
-    await cluster.settle()
+    await bound(cluster)
     cluster.start("vm", scheduled=cluster.clock.now + timedelta(minutes=31))
     pod_bound = cluster.clock.advance(minutes=1)
     launcher_pod(cluster, scheduled=pod_bound)
     cluster.clock.advance(minutes=30)
     await cluster.settle()
-    assert {r.spec.start for r in cluster.records()} == {pod_bound.replace(microsecond=0)}
+    assert record_starts(cluster) == {pod_bound.replace(microsecond=0)}
 
 
 async def test_a_start_stamped_by_a_clock_minutes_behind_is_billed_from_its_pods_binding(
@@ -154,30 +161,26 @@ async def test_a_start_stamped_by_a_clock_minutes_behind_is_billed_from_its_pods
 ) -> None:
     """virt-controller's clock is ten minutes behind, and no binder saw the start: the
     pod's binding, stamped by the API server, says when the VMI began to hold its GPUs."""
-    cluster.node("node-a")
-    cluster.vm("vm", 2, running=True)
-    await cluster.settle()
+    await bound(cluster)
     cluster.clock.advance(minutes=30)
     pod_bound = cluster.clock.now
     cluster.start("vm", scheduled=pod_bound - timedelta(minutes=10))
     launcher_pod(cluster, scheduled=pod_bound)
     cluster.clock.advance(minutes=5)
     await cluster.settle()
-    assert {r.spec.start for r in cluster.records()} == {pod_bound.replace(microsecond=0)}
+    assert record_starts(cluster) == {pod_bound.replace(microsecond=0)}
 
 
 async def test_without_a_pod_a_start_stamped_before_the_vmi_existed_is_billed_from_its_creation(
     cluster: Cluster,
 ) -> None:
-    cluster.node("node-a")
-    cluster.vm("vm", 2, running=True)
-    await cluster.settle()
+    await bound(cluster)
     cluster.clock.advance(minutes=30)
     created = cluster.clock.now
     cluster.start("vm", scheduled=created - timedelta(minutes=10))
     cluster.clock.advance(minutes=5)
     await cluster.settle()
-    assert {r.spec.start for r in cluster.records()} == {created.replace(microsecond=0)}
+    assert record_starts(cluster) == {created.replace(microsecond=0)}
 
 
 async def test_a_vmi_held_by_its_pod_on_one_node_takes_nothing_of_its_set_on_another(
@@ -186,7 +189,7 @@ async def test_a_vmi_held_by_its_pod_on_one_node_takes_nothing_of_its_set_on_ano
     """Its node failed, so its VMI failed and its set moved on; the node comes back with
     the old launcher pod still running there. That pod holds that node's devices, not the
     set's new ones: the VMI attaches none of them, nor opens a record for them."""
-    devices = await running(cluster)
+    await running(cluster)
     cluster.node("node-b")
     cluster.set_ready("node-a", False)
     cluster.set_running("vm", False)
@@ -198,4 +201,3 @@ async def test_a_vmi_held_by_its_pod_on_one_node_takes_nothing_of_its_set_on_ano
     await cluster.settle_after(minutes=1)
     assert not any(cluster.phase(n) == Phase.ATTACHED for n in moved)
     assert open_records(cluster) == 0
-    assert devices
