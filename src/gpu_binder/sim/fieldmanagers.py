@@ -51,8 +51,13 @@ def writes_as(manager: str) -> Callable[[Method[S, P, R]], Method[S, P, R]]:
     def decorate(method: Method[S, P, R]) -> Method[S, P, R]:
         @wraps(method)
         async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            async with writing_as(manager):
+            # The context variable set and reset in place: every component step of the sim
+            # comes through here, and an async context manager costs several times as much.
+            token = _MANAGER.set(manager)
+            try:
                 return await method(self, *args, **kwargs)
+            finally:
+                _MANAGER.reset(token)
 
         return wrapper
 

@@ -217,8 +217,10 @@ class Kubelets:
 
 
 def _scheduled(pod: Pod) -> list[dict[str, Any]]:
-    """The PodScheduled condition the binding wrote, which the kubelet's status keeps (it
-    is the scheduler's and the API server's, not the kubelet's)."""
+    """The PodScheduled condition the binding wrote, as the kubelet's status keeps it: the
+    kubelet writes it True, and its status manager keeps the transition time of a condition
+    whose status held (kubernetes pkg/kubelet/kubelet_pods.go, generateAPIPodStatus;
+    pkg/kubelet/status/status_manager.go, updateLastTransitionTime)."""
     conditions = (pod.raw.get("status") or {}).get("conditions") or []
     found = [c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"]
     return found or [{"type": "PodScheduled", "status": "True"}]
