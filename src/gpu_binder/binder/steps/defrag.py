@@ -49,6 +49,11 @@ class Room:
     victims: tuple[Victim, ...]
 
 
+# The victims found on a node for a class, by (class, node), through one step's search,
+# with the device generation they were found at.
+VictimsMemo = dict[tuple[str, str], tuple[int, list["Victim"]]]
+
+
 @dataclass
 class DefragMemory:
     # Per node: its sets with no device attached, by VM key, as of a device generation
@@ -66,6 +71,9 @@ def defrag(ctx: Context) -> None:
     world = ctx.world
     clean = ctx.memory.verdicts("defrag")
     budget, examined = MOVES_PER_PASS, 0
+    # Each waiting order walks the same nodes: a node's victims for a class are found once
+    # while no device changes (only a move this step stages changes one).
+    victims: VictimsMemo = {}
     for key in sorted(waiting.unplaceable, key=lambda k: (_created(ctx, k), k)):
         if budget <= 0 or examined >= ORDERS_PER_PASS:
             break
@@ -74,7 +82,7 @@ def defrag(ctx: Context) -> None:
         if key in waiting.quota_blocked:
             continue  # its quota, not room, holds it back: moving others would not help
         examined += 1
-        moved = make_room(ctx, key, budget)
+        moved = make_room(ctx, key, budget, victims)
         if moved:
             budget -= moved
             waiting.defrag_wanted = True  # the next pass goes on with it
@@ -111,13 +119,15 @@ def movable(ctx: Context, key: str) -> bool:
     return not any(d.status.attachment is not None for d in world.devices.set_of(key))
 
 
-def make_room(ctx: Context, key: str, budget: int = MOVES_PER_PASS) -> int:
+def make_room(
+    ctx: Context, key: str, budget: int = MOVES_PER_PASS, victims: VictimsMemo | None = None
+) -> int:
     """Move stopped VMs' sets so the order of `key` fits; how many sets moved."""
     world = ctx.world
     order = world.order_of(key)
     if not order or budget <= 0:
         return 0
-    room = find_room(ctx, key, order)
+    room = find_room(ctx, key, order, {} if victims is None else victims)
     if room is None:
         return 0
     moved: list[str] = []
@@ -153,9 +163,12 @@ def make_room(ctx: Context, key: str, budget: int = MOVES_PER_PASS) -> int:
     return len(moved)
 
 
-def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
+def find_room(
+    ctx: Context, key: str, order: Mapping[str, int], victims: VictimsMemo
+) -> Room | None:
     """The node where moving the fewest sets (then the fewest GPUs) makes the order fit,
-    each of them fitting on another node as it is."""
+    each of them fitting on another node as it is (`victims`: each node's, per class, as
+    found by this step so far)."""
     world = ctx.world
     devices = world.devices
     cpu, memory = devices.resources.request(key)
@@ -174,7 +187,10 @@ def find_room(ctx: Context, key: str, order: Mapping[str, int]) -> Room | None:
             need = (count - free, cpu - cpu_free, memory - memory_free)
             if max(need) <= 0:
                 return None  # it fits already: the orders step will bind it
-            chosen = _fewest(_victims(ctx, key, class_name, node), need)
+            found = victims.get((class_name, node))
+            if found is None or found[0] != devices.gen:
+                found = victims[class_name, node] = (devices.gen, _victims(ctx, class_name, node))
+            chosen = _fewest([v for v in found[1] if v.key != key], need)
             if chosen is not None:
                 cost = (len(chosen), sum(v.gpus for v in chosen), node)
                 rooms.append((cost, Room(node, option, chosen)))
@@ -207,11 +223,11 @@ def _idle_on(ctx: Context, node: str) -> list[tuple[str, list[GPUDevice]]]:
     return idle
 
 
-def _victims(ctx: Context, key: str, class_name: str, node: str) -> list[Victim]:
+def _victims(ctx: Context, class_name: str, node: str) -> list[Victim]:
     devices = ctx.world.devices
     out: list[Victim] = []
     for vkey, devs in _idle_on(ctx, node):
-        if vkey == key or not movable(ctx, vkey):
+        if not movable(ctx, vkey):
             continue
         # What the node gets back: devices of the class a new tenant may take once released.
         gpus = sum(1 for d in devs if d.status.class_name == class_name and _reusable(d))
