@@ -31,6 +31,11 @@ class StatusMemory:
     node_gone_since: dict[str, datetime] = field(default_factory=dict)
     # The malformed-quota Event last told per ResourceQuota ("namespace/name").
     quota_said: dict[str, str] = field(default_factory=dict)
+    # Per Lost device its cause held for: the device and node objects it was judged on,
+    # and whether its plugin fell short of it. A Lost device's cause reads nothing else
+    # (no grace once Lost), and Lost devices add up through a node outage: one unchanged
+    # costs a lookup.
+    still_lost: dict[str, tuple[GPUDevice, object, bool]] = field(default_factory=dict)
 
 
 def class_status(ctx: Context) -> None:
@@ -162,15 +167,24 @@ def node_status(ctx: Context) -> None:
             suspects.update(names)
         else:
             world.down_nodes.discard(node_name)  # up again, or nothing of ours left on it
+    still_lost = ctx.memory.of(StatusMemory).still_lost
     for name in sorted(suspects):
         d = world.devices.get(name)
         if d is None or d.metadata.deletion_timestamp is not None:
             continue
+        node, short = world.nodes.get(d.spec.node_name), name in shortfall
+        judged = still_lost.get(name)
+        if judged is not None and judged[0] is d and judged[1] is node and judged[2] == short:
+            continue  # Lost, and nothing its cause reads has changed
         cause = lost_cause(ctx, d, shortfall)
         if cause and d.status.phase != Phase.LOST:
             _lose(ctx, d, cause)
         elif not cause and d.status.phase == Phase.LOST:
             _recover(ctx, d)
+        if cause and d.status.phase == Phase.LOST:
+            still_lost[name] = (d, node, short)
+        else:
+            still_lost.pop(name, None)
 
 
 def _lose(ctx: Context, d: GPUDevice, cause: str) -> None:
