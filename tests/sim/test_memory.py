@@ -133,6 +133,28 @@ async def test_label_selector_selects_by_its_requirements(
     assert [d.metadata.name for d in listed.items] == expected
 
 
+async def test_a_list_of_objects_lacking_a_label_follows_the_writes_after_it(
+    client: MemoryClient,
+) -> None:
+    # The first "!tier" list starts the kind's index of unlabelled objects; later writes
+    # must keep it: labelled, unlabelled, created and deleted objects.
+    a = await client.create(device("a"))
+    b = await client.create(device("b", labels={"tier": "gold"}))
+    await client.create(device("c"))
+    assert [
+        d.metadata.name for d in (await client.list(GPUDevice, label_selector="!tier")).items
+    ] == [
+        "a",
+        "c",
+    ]
+    await client.update(with_meta(a, labels={"tier": "gold"}))
+    await client.update(with_meta(b, labels={}))
+    await client.delete(GPUDevice, "c")
+    await client.create(device("d"))
+    listed = await client.list(GPUDevice, label_selector="!tier,zone!=x")
+    assert [d.metadata.name for d in listed.items] == ["b", "d"]
+
+
 async def test_malformed_label_selector_is_invalid(client: MemoryClient) -> None:
     await client.create(device())
     with pytest.raises(Invalid):

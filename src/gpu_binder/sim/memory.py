@@ -9,7 +9,7 @@ watches with a bounded history. The store (sim.store) holds typed, immutable obj
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +22,7 @@ from gpu_binder.sim.builders import iso
 from gpu_binder.sim.merge import merge_patch
 from gpu_binder.sim.objects import NO_STATUS, evolve, stamp
 from gpu_binder.sim.selectors import parse_selector, selector_matcher, selector_matches
-from gpu_binder.sim.store import Store
+from gpu_binder.sim.store import Key, Store
 from gpu_binder.sim.watch import Selected
 
 # The core Node keeps the status it is created with; custom resources drop it.
@@ -35,6 +35,14 @@ def _matcher(label_selector: str) -> Callable[[Mapping[str, str]], bool]:
         return selector_matcher(label_selector)
     except ValueError as e:
         raise Invalid(str(e)) from None
+
+
+def _lacked(label_selector: str) -> str | None:
+    """A label key the selector requires absent, if any (after _matcher validated it)."""
+    for r in parse_selector(label_selector):
+        if r.op == "!exists":
+            return r.key
+    return None
 
 
 class MemoryClient(Store):
@@ -54,10 +62,15 @@ class MemoryClient(Store):
     ) -> ListResult[T]:
         k = self._kind(kind)
         selects = _matcher(label_selector) if label_selector else None
+        objects: Iterable[tuple[Key, Any]] = k.objects.items()
+        lacked = _lacked(label_selector) if label_selector else None
+        if lacked is not None:
+            # Only the objects without that label can match ("!key"): those the kind keeps.
+            objects = [(key, k.objects[key]) for key in k.without_label(lacked)]
         # Selected first, then sorted by key: a selective list of a big kind sorts little.
         chosen = [
             (key, obj)
-            for key, obj in k.objects.items()
+            for key, obj in objects
             if (not namespace or key[0] == namespace)
             and (selects is None or selects(obj.metadata.labels))
         ]

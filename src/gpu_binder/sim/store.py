@@ -39,18 +39,44 @@ def _default_clock() -> datetime:
 
 
 class Kind:
-    __slots__ = ("history", "kind", "objects", "previous", "previous_limit", "resource")
+    __slots__ = ("history", "kind", "lacking", "objects", "previous", "previous_limit", "resource")
 
     def __init__(self, kind: type[Any], resource: Resource, history_limit: int) -> None:
         self.kind = kind
         self.resource = resource
         self.objects: dict[Key, Any] = {}
+        # Per label key a list asked to lack ("!key"): the keys of the objects without it,
+        # kept from that list on. A new leader lists the records not yet labelled, of
+        # every record ever written, and nearly all are labelled.
+        self.lacking: dict[str, set[Key]] = {}
         self.history = History(history_limit)
         # The object as it was before the change of each recent resourceVersion (None for
         # a creation): a label-selected watch turns a change into ADDED, MODIFIED or
         # DELETED by whether the object matched before and after, as the API server does.
         self.previous: OrderedDict[int, Any] = OrderedDict()
         self.previous_limit = 2 * history_limit
+
+    def without_label(self, label: str) -> set[Key]:
+        """The keys of the objects that lack the label."""
+        keys = self.lacking.get(label)
+        if keys is None:
+            keys = self.lacking[label] = {
+                key for key, obj in self.objects.items() if label not in obj.metadata.labels
+            }
+        return keys
+
+    def stored(self, key: Key, obj: Any) -> None:
+        self.objects[key] = obj
+        for label, keys in self.lacking.items():
+            if label in obj.metadata.labels:
+                keys.discard(key)
+            else:
+                keys.add(key)
+
+    def removed(self, key: Key) -> Any:
+        for keys in self.lacking.values():
+            keys.discard(key)
+        return self.objects.pop(key)
 
     def remember(self, rv: int, previous: Any) -> None:
         self.previous[rv] = previous
@@ -302,7 +328,7 @@ class Store:
         if stored is candidate:
             candidate = self._assemble(k, stored, stored.metadata, None, stored)
         rv, new = self._stamp(candidate)
-        k.objects[key] = new
+        k.stored(key, new)
         self._owners.follow((k, key), stored.metadata if stored is not None else None, new.metadata)
         k.remember(rv, stored)
         self._emit(k, "ADDED" if stored is None else "MODIFIED", rv, new)
@@ -310,7 +336,7 @@ class Store:
 
     def _remove(self, k: Kind, key: Key, candidate: Any) -> Any:
         rv, gone = self._stamp(candidate)
-        stored = k.objects.pop(key)
+        stored = k.removed(key)
         self._owners.follow((k, key), stored.metadata, None)
         k.remember(rv, stored)
         self._emit(k, "DELETED", rv, gone)
