@@ -45,7 +45,7 @@ from gpu_binder.binder.steps import (
     tenantview,
 )
 from gpu_binder.binder.writer import Writer
-from gpu_binder.binder.writes import Status
+from gpu_binder.binder.writes import Answer, Status
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import ApiError, Conflict, NotFound
 from gpu_binder.client.interface import Client, WatchEvent
@@ -99,6 +99,7 @@ class Reconciler:
         # Told a bind request's Bound answer as its write starts, its devices' binds written
         # already: this process's own webhook waiting for it admits on those durable binds,
         # a round trip before the answer's own write enters the world (webhook.answers).
+        # Told every answer to an in-memory request (World.asked), once made.
         self.on_answer = on_answer
         self.last_full: datetime | None = None
         self.scope = Scope(full=True)
@@ -140,7 +141,7 @@ class Reconciler:
             # it. A fixed delay, unlike an error, does not grow a backoff on the one key
             # every GPU decision shares.
             result.requeue_after = self.config.conflict_retry
-        elif key == REQUESTS_KEY and self.config.enabled and self.world.pending_requests:
+        elif key == REQUESTS_KEY and self.config.enabled and self._requests_waiting():
             # A pass answers a few dozen (steps.requests): the next ones now, before
             # anything else (the queue hands out the requests key first).
             result.requeue_after = timedelta(0)
@@ -157,6 +158,9 @@ class Reconciler:
                     result.requeue_after, max(arrival - now, self.config.conflict_retry)
                 )
         return result
+
+    def _requests_waiting(self) -> bool:
+        return bool(self.world.pending_requests or self.world.asked)
 
     def _awaiting_release(self) -> bool:
         devices = self.world.devices
@@ -349,6 +353,9 @@ class Reconciler:
                 result.aborted = True
                 return
             written.add(i)
+            if isinstance(w.op, Answer):
+                self._told(w.obj)
+                return
             result.writes += 1
             self.metrics.writes.labels(w.op.VERB).inc()
             if made is not None:
@@ -391,6 +398,14 @@ class Reconciler:
         if "lease" in stop:
             raise NotLeader("lease lost: no more writes")
         return bool(stop)
+
+    def _told(self, answered: GPUBindRequest) -> None:
+        """An in-memory request's answer made (binder.writes.Answer): it leaves World.asked,
+        so no later pass answers it again, and goes to the webhook waiting for it."""
+        meta = answered.metadata
+        self.world.asked.pop(f"{meta.namespace}/{meta.name}", None)
+        if self.on_answer is not None:
+            self.on_answer(answered)
 
     def _conflict(self, result: Result) -> None:
         self.metrics.conflicts.inc()

@@ -16,6 +16,7 @@ from gpu_binder.api.types import DEVICES_ANNOTATION, GPUDevice
 from gpu_binder.binder import ledgerwrites
 from gpu_binder.binder.writes import (
     Annotations,
+    Answer,
     Apply,
     Create,
     Delete,
@@ -96,6 +97,8 @@ class Writer:
                 # again.
                 self.world.apply(WatchEvent("DELETED", obj))
                 return None
+            case Answer():
+                return None  # in memory only: the reconciler tells it to the webhook
             case _:
                 assert_never(op)
 

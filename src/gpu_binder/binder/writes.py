@@ -119,6 +119,17 @@ class SyncCopy:
     VERB: ClassVar[str] = "sync-copy"
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer (obj, a GPUBindRequest with its status) to a request this process's own
+    webhook handed its reconciler in memory (World.asked): no API write, since the request
+    was never an object; made like any write, under the lease and after those it waits for,
+    then told to the webhook (Reconciler.on_answer)."""
+
+    obj: Any
+    VERB: ClassVar[str] = "answer"
+
+
 WriteOp: TypeAlias = (
     Status
     | Update
@@ -131,6 +142,7 @@ WriteOp: TypeAlias = (
     | OpenRecord
     | WriteCopy
     | SyncCopy
+    | Answer
 )
 
 

@@ -92,6 +92,11 @@ class World(Orders):
         self.cordoned: set[str] = set()
         self.requests: dict[str, GPUBindRequest] = {}
         self.pending_requests: set[str] = set()
+        # Bind requests this process's own webhook handed its reconciler while leading, by
+        # "namespace/name" (names no API object can have): never written, answered by the
+        # requests step as the API's are (binder.writes.Answer), dropped once answered or
+        # when leadership changes (webhook.decision `_ask_here`).
+        self.asked: dict[str, GPUBindRequest] = {}
         # Devices as this process wrote them while leading: name → the resourceVersion its
         # write's response had (see `written_device`). Cleared whenever leadership changes.
         self.written: dict[str, str] = {}

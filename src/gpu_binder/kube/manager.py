@@ -106,7 +106,12 @@ class Manager:
         self.answers = Answers()
         self.world.on_request = self.answers.seen
         self.admitter = Admitter(
-            self.world, client, self.config, answers=self.answers, leading=self.is_leader
+            self.world,
+            client,
+            self.config,
+            answers=self.answers,
+            leading=self.is_leader,
+            ask_here=lambda: self.queue.add(REQUESTS_KEY),
         )
         self.pods = PodPinner(self.world, self.config, client=client, leading=self.is_leader)
         self.elector = LeaderElector(
@@ -249,6 +254,11 @@ class Manager:
     def _stopped_leading(self) -> None:
         self.run_metrics.leader.set(0)
         self.world.written.clear()
+        # No reconciler here answers the webhook's in-memory requests any more, and the
+        # next leader never sees them: refused, so KubeVirt retries (webhook.decision).
+        for asked in self.world.asked.values():
+            self.answers.abandon(asked)
+        self.world.asked.clear()
         if self._controller_task is not None and not self._controller_task.done():
             self._controller_task.cancel()
 

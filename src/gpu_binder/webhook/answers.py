@@ -5,7 +5,9 @@ Each admission used to watch the namespace's GPUBindRequests itself until its ow
 answered: a burst of N starts opened N watches, each sent every request's events, N² for
 the API server to send and this process to parse, and a TLS handshake per admission. The
 process already watches every GPUBindRequest for its world (the leader's answers enter it
-by write-through as soon as they are written); the webhook waits on that.
+by write-through as soon as they are written); the webhook waits on that. The leader's
+own requests, handed to its reconciler in memory (World.asked), are answered here too
+(Reconciler.on_answer), or abandoned when it stops leading.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Literal
 
 from gpu_binder.api.types import GPUBindRequest, RequestPhase
 
-Answer = GPUBindRequest | Literal["deleted"]
+# "abandoned": an in-memory request no one will answer, its process no longer leading.
+Answer = GPUBindRequest | Literal["deleted", "abandoned"]
 
 
 class Answers:
@@ -55,6 +58,16 @@ class Answers:
             answer = request
         else:
             return
+        self._wake(waiting, answer)
+
+    def abandon(self, request: GPUBindRequest) -> None:
+        """No answer will come to this in-memory request: wake whoever waits for it."""
+        waiting = self._waiting.get(_key(request))
+        if waiting:
+            self._wake(waiting, "abandoned")
+
+    @staticmethod
+    def _wake(waiting: list[asyncio.Future[Answer]], answer: Answer) -> None:
         for future in waiting:
             if not future.done():
                 future.set_result(answer)

@@ -13,6 +13,7 @@ import logging
 import random
 import string
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 from gpu_binder.api.kubevirt import KUBEVIRT_API_VERSION
@@ -82,6 +83,20 @@ def request_name(vmi_name: str, rng: random.Random) -> str:
     suffix = "".join(rng.choices(_SUFFIX_ALPHABET, k=5))
     base = vmi_name[: _NAME_MAX - len(suffix) - 1].rstrip("-.")
     return f"{base}-{suffix}"
+
+
+# What an in-memory request's name begins with (World.asked): a ":" no object name may
+# hold, so it never shares a key with a GPUBindRequest of the API.
+IN_MEMORY = "in-memory:"
+
+
+def in_memory(request: GPUBindRequest, now: datetime) -> GPUBindRequest:
+    """The request as handed to this process's reconciler in memory, never created: named
+    apart from every object, created now (its place in the requests step's line)."""
+    meta = request.metadata
+    name = IN_MEMORY + meta.name
+    stamped = meta.model_copy(update={"name": name, "creation_timestamp": now})
+    return request.model_copy(update={"metadata": stamped})
 
 
 async def create(client: Client, request: GPUBindRequest, rng: random.Random) -> GPUBindRequest:

@@ -12,6 +12,13 @@ unschedulable, or its VM asking for another node) goes the request's way, and th
 moves it before answering. Pinned where it is, the VMI would never be scheduled, and as a
 live VMI it would hold the set there for good.
 
+In the leader (the process whose reconciler writes device status), a request is no object:
+it is handed to that reconciler in memory (World.asked), answered in the requests step's
+line by the same rules, and the VMI admitted on the answer told once its binds are written
+(`_ask_here`); a create, an answer write and a delete fewer per start, and no round trip
+through the API server and the watch. Should the process stop leading first, the
+admission is refused (KubeVirt retries) and the binds written stay its VM's.
+
 A dry run creates nothing. With a complete set that may stay it gets the real patch;
 otherwise it is admitted unpinned, with a warning naming what a real create would ask the
 binder for: denying it would predict a failure the real create, which can ask, might not
@@ -42,7 +49,7 @@ from gpu_binder.cache.world import World
 from gpu_binder.client.errors import NotFound
 from gpu_binder.client.interface import Client
 from gpu_binder.webhook import bindrequest
-from gpu_binder.webhook.answers import Answers
+from gpu_binder.webhook.answers import Answer, Answers
 from gpu_binder.webhook.messages import (
     dry_run_warning,
     named_like_a_vm,
@@ -117,6 +124,7 @@ class Admitter:
         rng: random.Random | None = None,
         answers: Answers | None = None,
         leading: Callable[[], bool] | None = None,
+        ask_here: Callable[[], None] | None = None,
     ) -> None:
         self.world = world
         self.client = client
@@ -126,6 +134,9 @@ class Admitter:
         # The answers this process's world receives (webhook.answers); None: each
         # admission watches its own request (a world fed by no watch of requests).
         self.answers = answers
+        # Wakes this process's reconciler for a request handed to it in memory while it
+        # leads (`_ask_here`); None: every request is a GPUBindRequest object.
+        self.ask_here = ask_here
         self.config = config or Config()
         # Only measures how long an admission waited, in the log; waiting uses the loop.
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -426,9 +437,16 @@ class Admitter:
     # --- asking the binder -----------------------------------------------------------
 
     async def _ask(self, request: AdmissionRequest, bind_request: GPUBindRequest) -> dict[str, Any]:
+        if (
+            self.ask_here is not None
+            and self.answers is not None
+            and self.leading is not None
+            and self.leading()
+        ):
+            return await self._ask_here(request, bind_request, self.answers, self.ask_here)
         started = self.clock()
         created: GPUBindRequest | None = None
-        outcome: GPUBindRequest | Literal["timeout", "deleted"] = "timeout"
+        outcome: Answer | Literal["timeout"] = "timeout"
         reusable = _reusable(bind_request)
         try:
             async with asyncio.timeout(self.config.bind_timeout.total_seconds()):
@@ -473,20 +491,75 @@ class Admitter:
         devices = await self._answered_devices(outcome)
         return self._answer(request, outcome, devices)
 
-    def _outstanding(self, wanted: GPUBindRequest) -> GPUBindRequest | None:
+    async def _ask_here(
+        self,
+        request: AdmissionRequest,
+        bind_request: GPUBindRequest,
+        answers: Answers,
+        wake: Callable[[], None],
+    ) -> dict[str, Any]:
+        """The leader's own request, handed to its reconciler in memory (World.asked), not
+        created: the requests step answers it as it would the object, under the same lease
+        and after its binds are written (binder.writes.Answer), and tells `answers`.
+
+        A timed-out VM's request stays for KubeVirt's retry to wait on, as the object's
+        does (`_outstanding`); any other unanswered one is withdrawn. Leadership lost
+        before the answer abandons it (kube.manager): refused, never bound by another."""
+        started = self.clock()
+        reusable = _reusable(bind_request)
+        asked = self._outstanding(bind_request, self.world.asked) if reusable else None
+        if asked is None:
+            asked = bindrequest.in_memory(bind_request, self.clock())
+            self.world.asked[_request_key(asked)] = asked
+            wake()
+        outcome: Answer | Literal["timeout"] = "timeout"
+        try:
+            async with asyncio.timeout(self.config.bind_timeout.total_seconds()):
+                outcome = await answers.wait(asked, None)
+        except TimeoutError:
+            outcome = "timeout"
+        finally:
+            if outcome == "timeout" and not reusable:
+                self.world.asked.pop(_request_key(asked), None)
+        log.info(
+            "VMI %s/%s: bind request %s answered %s after %s",
+            request.namespace,
+            vmi_name(request),
+            asked.metadata.name,
+            outcome if isinstance(outcome, str) else outcome.status.phase.value,
+            self.clock() - started,
+        )
+        if outcome == "abandoned":
+            return self._deny(
+                request,
+                "gpu-binder's leader changed before it answered; KubeVirt will retry",
+            )
+        if isinstance(outcome, str):
+            return self._deny(request, timeout_message(self.config))
+        devices = await self._answered_devices(outcome)
+        return self._answer(request, outcome, devices)
+
+    def _outstanding(
+        self, wanted: GPUBindRequest, among: Mapping[str, GPUBindRequest] | None = None
+    ) -> GPUBindRequest | None:
         """The VM's request for this very start still waiting for the binder's answer, as
-        the world holds it: an earlier attempt's, left when its webhook timed out. Same VM
-        (by uid), same VMI name, same order; the oldest when there are several."""
+        the world holds it (`among`: those handed over in memory instead): an earlier
+        attempt's, left when its webhook timed out. Same VM (by uid), same VMI name, same
+        order; the oldest when there are several."""
         spec = wanted.spec
         requests = self.world.requests
         # The pending ones only, and the uid compared first: this runs for every admission
         # of a burst, over every request of it (a full comparison of all took a quarter of
         # the process's time in bench start).
+        candidates = (
+            among.values()
+            if among is not None
+            else (r for key in self.world.pending_requests if (r := requests.get(key)))
+        )
         found = [
             r
-            for key in self.world.pending_requests
-            if (r := requests.get(key)) is not None
-            and r.spec.vm.uid == spec.vm.uid
+            for r in candidates
+            if r.spec.vm.uid == spec.vm.uid
             and r.metadata.namespace == wanted.metadata.namespace
             and r.metadata.deletion_timestamp is None
             and r.spec == spec
@@ -520,6 +593,10 @@ class Admitter:
             request.uid,
             f"gpu-binder's webhook failed ({type(error).__name__}: {error}); KubeVirt will retry",
         )
+
+
+def _request_key(request: GPUBindRequest) -> str:
+    return f"{request.metadata.namespace}/{request.metadata.name}"
 
 
 def _reusable(bind_request: GPUBindRequest) -> bool:

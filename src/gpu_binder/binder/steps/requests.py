@@ -9,6 +9,10 @@ are (Plan.write's `after`), ahead of the pass's binds not started yet, no longer
 every bind of the pass (Plan.waves); a Failed one still waits for them all, as it counts
 on the room they take.
 
+The leader's own webhook hands its requests over in memory (World.asked), never as
+objects: they are answered here in the same line, oldest first, by the same rules and the
+same one writer, only the answer is told to the webhook (writes.Answer) instead of written.
+
 It also deletes the answered requests their webhook left behind: the webhook deletes a
 request once it has read the answer, but a webhook that died in between leaves it, and a
 standalone VMI's request has no owner to be garbage-collected with.
@@ -26,7 +30,7 @@ from gpu_binder.binder.completion import complete
 from gpu_binder.binder.context import Context
 from gpu_binder.binder.deadlines import Deadlines
 from gpu_binder.binder.queries import move_reason
-from gpu_binder.binder.writes import Delete, Status
+from gpu_binder.binder.writes import Answer, Delete, Status
 from gpu_binder.cache.deviceindex import set_node
 
 # An answered request lives this many bind timeouts before the binder deletes it: its
@@ -46,9 +50,11 @@ class RequestsMemory:
 def bind_requests(ctx: Context) -> None:
     world = ctx.world
     limit = ctx.config.requests_per_pass
-    for rkey in oldest_pending(world.pending_requests, world.requests, limit):
-        req = world.requests[rkey]
-        _answer(ctx, req, rkey)
+    pending = {rkey: world.requests[rkey] for rkey in world.pending_requests}
+    # In-memory names hold a ":" no object name may: the two never share a key.
+    pending.update(world.asked)
+    for rkey in oldest_pending(pending, pending, limit):
+        _answer(ctx, pending[rkey], rkey in world.asked)
     _delete_left(ctx)
 
 
@@ -101,7 +107,7 @@ def _delete_left(ctx: Context) -> None:
         deleted += 1
 
 
-def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
+def _answer(ctx: Context, req: GPUBindRequest, local: bool) -> None:
     mark = len(ctx.plan.touched)
     world = ctx.world
     ns = req.metadata.namespace
@@ -112,9 +118,10 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
     unknown = sorted(c for c in order if c not in world.classes)
     vm = world.vms.get(key)
     if unknown:
-        return _reply(ctx, req, "", (), f"unknown GPU class {', '.join(unknown)}")
+        return _reply(ctx, req, "", (), f"unknown GPU class {', '.join(unknown)}", local=local)
     if vm is not None and req.spec.vm.uid and vm.metadata.uid != req.spec.vm.uid:
-        return _reply(ctx, req, "", (), f"VM {req.spec.vm.name} was replaced by a newer one")
+        why = f"VM {req.spec.vm.name} was replaced by a newer one"
+        return _reply(ctx, req, "", (), why, local=local)
     # Every live VMI of the order holds its set, the one this request was made for too: a
     # VMI of that name live already was admitted on a retry after this request's webhook
     # gave up (or its create will fail on the name), pinned to the set as it is.
@@ -128,7 +135,7 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
         why = move_reason(world, ctx.memory.degraded, key, node, devs)
         blocked = ops.relocate(ctx, key, order, devs, node, why) if why else ""
         if blocked:
-            _reply(ctx, req, "", (), blocked)
+            _reply(ctx, req, "", (), blocked, local=local)
             _refuse(ctx, key, blocked)
             return
     alternatives = request_alternatives(req)
@@ -137,7 +144,7 @@ def _answer(ctx: Context, req: GPUBindRequest, rkey: str) -> None:
     # the pass writes; a refusal counts on the room the pass's binds take, so it waits
     # for them all (its wave).
     after = ctx.plan.touched_since(mark) if outcome.ok else None
-    _reply(ctx, req, outcome.node, outcome.devices, outcome.message, after)
+    _reply(ctx, req, outcome.node, outcome.devices, outcome.message, after, local)
     if outcome.ok:
         ctx.unsay(f"refuse/{key}")
     else:
@@ -166,6 +173,7 @@ def _reply(
     devices: tuple[str, ...],
     message: str,
     after: tuple[tuple[str, str], ...] | None = None,
+    local: bool = False,
 ) -> None:
     phase = RequestPhase.FAILED if message else RequestPhase.BOUND
     status = req.status.model_copy(
@@ -177,7 +185,12 @@ def _reply(
             "answered_at": ctx.now,
         }
     )
-    ctx.plan.write(Status(req.model_copy(update={"status": status})), after=after)
+    answered = req.model_copy(update={"status": status})
+    if local:
+        # Never an object: nothing to write, nothing left behind to delete.
+        ctx.plan.write(Answer(answered), after=after)
+        return
+    ctx.plan.write(Status(answered), after=after)
     key = f"{req.metadata.namespace}/{req.metadata.name}"
     expiry = ctx.memory.of(RequestsMemory).expiry
     expiry.set(key, ctx.now + LEFT_AFTER_TIMEOUTS * ctx.config.bind_timeout)
