@@ -128,6 +128,7 @@ def recount(world: World) -> dict[str, object]:
             used[n] += cpu
             mem[n] += memory
     states: dict[tuple[int, int, int], list[str]] = {}
+    pools: Counter[tuple[str, int, int, int]] = Counter()
     free_count = 0
     for dev in d.by_name.values():
         free_count += is_free(dev)
@@ -138,6 +139,7 @@ def recount(world: World) -> dict[str, object]:
             cpu_free = UNLIMITED if cpu_alloc == UNLIMITED else cpu_alloc - used[n]
             mem_free = UNLIMITED if mem_alloc == UNLIMITED else mem_alloc - mem[n]
             states.setdefault((free, cpu_free, mem_free), []).append(n)
+            pools[("h100", len(d.names_on(n)), cpu_alloc, mem_alloc)] += free
     demands: Counter[object] = Counter()
     for v in world.vms.values():
         for dem in demands_of(world.named_order(v.key), (), v.cpu_milli, v.memory_bytes):
@@ -147,7 +149,13 @@ def recount(world: World) -> dict[str, object]:
         if (b := dev.status.binding) is not None:
             state = "attached" if dev.status.attachment else "bound"
             held[(b.vm.namespace, dev.status.class_name, state)] += 1
-    return {"states": states, "free": free_count, "mix": dict(demands), "held": dict(held)}
+    return {
+        "states": states,
+        "pools": dict(pools),
+        "free": free_count,
+        "mix": dict(demands),
+        "held": dict(held),
+    }
 
 
 @settings(max_examples=80, deadline=None)
@@ -183,6 +191,7 @@ def test_the_indexes_equal_a_recount_after_any_events(script: list[tuple[Any, ..
         "states"
     ]
     assert d.free_count["h100"] == expected["free"]
+    assert d.pool_free == expected["pools"]
     assert dict(world.mix.counts) == expected["mix"]
     assert d.held == expected["held"]
     down = {n for n in d.by_node if n not in world.nodes or not world.nodes[n].ready}

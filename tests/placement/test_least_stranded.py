@@ -150,3 +150,26 @@ def test_a_node_no_claim_fits_is_no_cheaper_place_to_strand_gpus() -> None:
     # no cores (9 GPUs unallocated at 100%, against 0-1 with the stranding priced).
     outlook, cramped, roomy = default_trace_in_small()
     assert least_stranded(roomy, outlook) > least_stranded(cramped, outlook)
+
+
+def test_a_pool_the_class_claims_cannot_use_is_priced_by_the_claims_it_can_take() -> None:
+    # Sweep draw 1000 in small: most of a's claims ask 96 memory, which only its 8-GPU
+    # nodes have; its 1-GPU, 32-memory nodes hold only the 1-GPU, 31-memory orders. Priced
+    # at a's pressure, those orders went to b and a's 1-GPU nodes were left empty.
+    b = frozenset({"b"})
+    mix = mix_of(
+        Demand(1, 10, 31, A),
+        *[Demand(1, 16, 96, A)] * 4,
+        *[Demand(1, 2, 8, b)] * 2,
+        *[Demand(1, 2, 8, A | b)] * 5,
+    )
+    mix.set_shapes({"a": frozenset({(1, 16, 32), (8, 96, 768)}), "b": frozenset({(1, 32, 96)})})
+    free = {"a": 180, "b": 100}
+    pools = mix.pool_pressures(
+        {("a", 1, 16, 32): 100, ("a", 8, 96, 768): 80, ("b", 1, 32, 96): 100}
+    )
+    outlook = Outlook(mix, mix.pressures(free, free), {"a": 8, "b": 1}, {}, pools)
+    a1 = Fit("a1", 0, 1, "a", 16, 32, 10, 31, (1, 16, 32))
+    b1 = Fit("b1", 0, 1, "b", 32, 96, 10, 31, (1, 32, 96))
+    assert outlook.pressure["a"] > outlook.pressure["b"]
+    assert least_stranded(a1, outlook) > least_stranded(b1, outlook)

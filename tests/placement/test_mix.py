@@ -218,3 +218,14 @@ def test_poisson_at_least_falls_as_n_grows_and_is_even_at_a_large_mean(
     if mean >= 100:
         # The median of a large Poisson is its mean: half the mass on either side.
         assert 0.45 < poisson_at_least(mean, n) < 0.55
+
+
+def test_a_restricted_orders_claim_falls_on_the_pools_that_hold_it() -> None:
+    # Orders asking 96 memory are restricted to a, whose 1-GPU, 32-memory nodes cannot
+    # hold them: all of their claim falls on a's 8-GPU nodes, none on its 1-GPU ones.
+    m = mix_of(Demand(1, 0, 96, A), Demand(1, 0, 8, AB))
+    m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
+    small, big, other = ("a", 1, 8, 32), ("a", 8, 8, 768), ("b", 8, 8, 768)
+    pressure = m.pool_pressures({small: 100, big: 100, other: 200})
+    # Half the GPUs ordered are restricted: half of the 400 free, all on big's 100.
+    assert pressure == {small: 0.0, big: pytest.approx(2.0), other: 0.0}

@@ -68,7 +68,7 @@ def candidates(
             continue
         counts = {c: len(devices.free_on(c, node)) for c in order}
         cpu, memory = devices.resources.free(node)
-        out.append(Candidate(node, counts, cpu, memory))
+        out.append(Candidate(node, counts, cpu, memory, _shape(ctx, main_class(order), node)))
     return out
 
 
@@ -92,6 +92,7 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
     free = {c: devices.free_count.get(c, 0) for c in capacity}
     world.mix.set_shapes(devices.shapes())
     pressure = world.mix.pressures(capacity, free)
+    pools = world.mix.pool_pressures(devices.pool_free) if any(pressure.values()) else {}
     excess: dict[str, float] = {}
     if world.mix.by_whole:
         sizes = {c: devices.whole(c) for c in capacity}
@@ -99,7 +100,7 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
         mine = {c: risks[c] for c in classes if c in risks}
         safest = min(mine.values(), default=0.0)
         excess = {c: r - safest for c, r in mine.items()}
-    return Outlook(world.mix, pressure, whole, excess)
+    return Outlook(world.mix, pressure, whole, excess, pools)
 
 
 def _whole_free(ctx: Context, sizes: Mapping[str, int]) -> dict[str, int]:
@@ -194,10 +195,19 @@ def _grouped_fits(
             continue
         for node in members:
             if usable(ctx, node, exclude):
-                f = Fit(node, gpus - count, gpus, class_name, cpu_free, memory_free, cpu, memory)
+                shape = _shape(ctx, class_name, node)
+                f = Fit(
+                    node, gpus - count, gpus, class_name, cpu_free, memory_free, cpu, memory, shape
+                )
                 yield f, order
                 if not every:
                     break
+
+
+def _shape(ctx: Context, class_name: str, node: str) -> tuple[int, int, int]:
+    """The node's pool for the class, less the class: its devices there, CPU, memory."""
+    _, devices, cpu, memory = ctx.world.devices.pool_of(class_name, node)
+    return devices, cpu, memory
 
 
 def shortfall(ctx: Context, order: Mapping[str, int], key: str | None = None) -> str:

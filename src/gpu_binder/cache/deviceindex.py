@@ -14,6 +14,7 @@ from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
 from gpu_binder.cache.freestates import FreeStates
 from gpu_binder.cache.resources import NodeResources
+from gpu_binder.placement.mix import Pool
 from gpu_binder.placement.topology import domain_of
 
 # The device condition naming the VMIs a drain of its cordoned node waits for (steps.drains).
@@ -88,6 +89,10 @@ class DeviceIndex:
         # Bumped when a node's device count of a class or its CPU or memory changes.
         self.shape_gen = 0
         self._shapes: tuple[int, dict[str, frozenset[tuple[int, int, int]]]] | None = None
+        # Free devices per pool: a class's nodes of one shape (the class's devices there,
+        # node CPU, memory), and what each node adds to its pool (see _pool).
+        self.pool_free: dict[Pool, int] = {}
+        self._pooled: dict[tuple[str, str], tuple[Pool, int]] = {}
 
     def __len__(self) -> int:
         return len(self.by_name)
@@ -272,11 +277,29 @@ class DeviceIndex:
 
     def _restate(self, class_name: str, node: str) -> None:
         names = self.free.get(class_name, {}).get(node)
+        self._pool(class_name, node, len(names) if names else 0)
         if not names:
             self.states.set(class_name, node, None)
             return
         cpu, memory = self.resources.free(node)
         self.states.set(class_name, node, (len(names), cpu, memory))
+
+    def pool_of(self, class_name: str, node: str) -> Pool:
+        """The node's pool for the class: the class, its devices there, node CPU, memory."""
+        cpu, memory = self.resources.allocatable_of(node)
+        return (class_name, self.class_nodes.get(class_name, {}).get(node, 0), cpu, memory)
+
+    def _pool(self, class_name: str, node: str, free: int) -> None:
+        """Move the node's free devices of the class to its current pool: every change of
+        its free devices, device count or allocatable comes through _restate."""
+        key = (class_name, node)
+        old = self._pooled.pop(key, None)
+        if old is not None:
+            _count(self.pool_free, old[0], -old[1])
+        if free:
+            pool = self.pool_of(class_name, node)
+            self._pooled[key] = (pool, free)
+            _count(self.pool_free, pool, free)
 
     def _resources_changed(self, node: str, freed: bool, allocatable: bool = False) -> None:
         if allocatable:
@@ -339,3 +362,11 @@ def discard_from(index: dict[str, set[str]], key: str, name: str) -> None:
         names.discard(name)
         if not names:
             del index[key]
+
+
+def _count(index: dict[Pool, int], pool: Pool, n: int) -> None:
+    total = index.get(pool, 0) + n
+    if total:
+        index[pool] = total
+    else:
+        index.pop(pool, None)

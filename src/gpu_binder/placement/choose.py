@@ -27,6 +27,8 @@ class Candidate:
     free: Mapping[str, int]
     cpu_free: int = UNLIMITED
     memory_free: int = UNLIMITED
+    # The node's shape for the order's main class (its devices, CPU, memory), if known.
+    shape: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,8 @@ class Fit:
     memory_free: int = UNLIMITED
     cpu: int = 0
     memory: int = 0
+    # The node's shape for class_name: its devices of the class, CPU, memory (its pool).
+    shape: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +80,9 @@ def fit(order: Mapping[str, int], c: Candidate, cpu: int = 0, memory: int = 0) -
             return None
         free += have
         leftover += have - count
-    return Fit(c.node, leftover, free, main_class(order), c.cpu_free, c.memory_free, cpu, memory)
+    return Fit(
+        c.node, leftover, free, main_class(order), c.cpu_free, c.memory_free, cpu, memory, c.shape
+    )
 
 
 def rank_key(f: Fit, score: Score, outlook: Outlook) -> tuple[float, int, str]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 # A node that does not report its CPU or memory: placement reads it as no limit.
 UNLIMITED = 1 << 62
@@ -51,6 +52,11 @@ _LOG_LIMIT = 8192
 _BASIS_TOLERANCE = 1 / 32
 
 FitKey = tuple[str, int, int, int]
+# A pool: a class's nodes of one shape (the class's GPUs on the node, its CPU, memory).
+Pool = tuple[str, int, int, int]
+# What claims are poured into (classes or pools), and what orders are tallied by.
+K = TypeVar("K", str, Pool)
+T = TypeVar("T", frozenset[str], tuple[Pool, ...])
 # The CPU (millicores) and memory (bytes) per GPU that fragmentation feeds GPUs with.
 Basis = tuple[float, float]
 
@@ -108,6 +114,8 @@ class Mix:
         self.by_effective: dict[frozenset[str], int] = {}
         # The same for the orders only an entirely free largest node of a class holds.
         self.by_whole: dict[frozenset[str], int] = {}
+        # The same for the restricted orders, per set of pools that hold them (see pools).
+        self.by_pools: dict[tuple[Pool, ...], int] = {}
         self._shapes: Mapping[str, frozenset[tuple[int, int, int]]] | None = None
         self._effective: dict[Demand, frozenset[str]] = {}
         self._log: list[tuple[Demand, int]] = []
@@ -157,12 +165,16 @@ class Mix:
         self._serving.clear()
         self.by_effective = {}
         self.by_whole = {}
+        self.by_pools = {}
         for demand, n in self.counts.items():
             self._tally_effective(demand, n)
 
     def _tally_effective(self, demand: Demand, n: int) -> None:
         effective = self.effective(demand)
         _tally(self.by_effective, effective, n * demand.gpus)
+        pools = self.pools(demand)
+        if pools:
+            _tally(self.by_pools, pools, n * demand.gpus)
         if self._shapes is not None and effective:
             largest = (max(g for g, _, _ in self._shapes[c]) for c in effective)
             if all(demand.gpus >= size for size in largest):
@@ -184,6 +196,22 @@ class Mix:
             )
             self._effective[demand] = cached
         return cached
+
+    def pools(self, demand: Demand) -> tuple[Pool, ...]:
+        """The pools that could hold a restricted order alone (none for an order every
+        class holds, or without node shapes)."""
+        shapes = self._shapes
+        effective = self.effective(demand)
+        if shapes is None or frozenset(shapes) <= effective:
+            return ()
+        return tuple(
+            sorted(
+                (c, gpus, cpu, memory)
+                for c in effective
+                for gpus, cpu, memory in shapes.get(c, ())
+                if demand.fits(c, gpus, cpu, memory)
+            )
+        )
 
     def remove(self, demand: Demand) -> None:
         self.add(demand, -1)
@@ -292,6 +320,24 @@ class Mix:
                 _pour(claimed, free, room, free_total * gpus / self.gpus)
         return {c: claimed[c] / n if c in claimed and n > 0 else 0.0 for c, n in free.items()}
 
+    def pool_pressures(self, free: Mapping[Pool, int]) -> dict[Pool, float]:
+        """Per pool, the share of its free GPUs the restricted orders will claim: as
+        `pressures` pours them into their classes, but into the pools of those classes
+        that hold them, so a class's pool that most of its claims cannot use (1-GPU nodes
+        for 8-GPU claims, 32 GiB nodes for 96 GiB ones) is priced by the claims it can
+        take, and the pool they must go to by all of theirs."""
+        free_total = sum(free.values())
+        claimed = {p: 0.0 for p, n in free.items() if n > 0}
+        if self.gpus and free_total:
+            sets: list[tuple[int, list[Pool], int]] = []
+            for pools, gpus in self.by_pools.items():
+                room = [p for p in pools if p in claimed]
+                if room:
+                    sets.append((len(room), room, gpus))
+            for _, room, gpus in sorted(sets):
+                _pour(claimed, free, room, free_total * gpus / self.gpus)
+        return {p: claimed[p] / free[p] for p in claimed}
+
     def serves_claims(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> bool:
         """Could a node of this class with this much free take a restricted order that
         claims the class (see pressures)? If not, taking its GPUs costs those orders
@@ -374,9 +420,7 @@ def poisson_at_least(mean: float, n: int) -> float:
     return max(0.0, 1.0 - below)
 
 
-def _pour(
-    claimed: dict[str, float], free: Mapping[str, int], classes: list[str], amount: float
-) -> None:
+def _pour(claimed: dict[K, float], free: Mapping[K, int], classes: list[K], amount: float) -> None:
     """Add `amount` GPUs of claims to the least claimed of `classes`, raising them together
     to one share of their free GPUs."""
     by_share = sorted(classes, key=lambda c: (claimed[c] / free[c], c))
@@ -392,7 +436,7 @@ def _pour(
             return
 
 
-def _tally(index: dict[frozenset[str], int], key: frozenset[str], gpus: int) -> None:
+def _tally(index: dict[T, int], key: T, gpus: int) -> None:
     total = index.get(key, 0) + gpus
     if total:
         index[key] = total

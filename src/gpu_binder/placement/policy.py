@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpu_binder.placement.mix import Mix
+from gpu_binder.placement.mix import Mix, Pool
 
 if TYPE_CHECKING:
     from gpu_binder.placement.choose import Fit
@@ -36,6 +36,9 @@ class Outlook:
     # that needs one than breaking one of the safest class the order may take
     # (mix.whole_risks, see binder.placing.outlook).
     whole_risk: Mapping[str, float] = field(default_factory=dict)
+    # Per pool (a class's nodes of one shape): the share of its free GPUs the restricted
+    # orders that fit its nodes will claim (mix.pool_pressures).
+    pool_pressure: Mapping[Pool, float] = field(default_factory=dict)
 
 
 Score = Callable[["Fit", Outlook], float]
@@ -91,7 +94,8 @@ def least_stranded(fit: Fit, outlook: Outlook) -> float:
 def claim_cost(fit: Fit, outlook: Outlook, taken: int, stranded: float) -> float:
     """What the order costs the restricted orders that claim its class, in GPUs.
 
-    Where a claiming order could go, the GPUs it takes at the class's pressure. Where
+    Where a claiming order could go, the GPUs it takes at its pool's pressure: the claims
+    the node's shape can hold, not those only another shape of the class holds. Where
     none could (too few GPUs, cores or memory left for them), taking GPUs costs them
     nothing — but GPUs the order strands there are lost to the orders that could have
     used them, which then take as many elsewhere from the classes the claims share:
@@ -103,6 +107,9 @@ def claim_cost(fit: Fit, outlook: Outlook, taken: int, stranded: float) -> float
     if not pressure:
         return 0.0
     if outlook.mix.serves_claims(fit.class_name, fit.free, fit.cpu_free, fit.memory_free):
+        if fit.shape is not None:
+            pool = (fit.class_name, *fit.shape)
+            return taken * outlook.pool_pressure.get(pool, pressure)
         return taken * pressure
     return max(0.0, stranded) * pressure
 
