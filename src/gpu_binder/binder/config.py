@@ -17,8 +17,10 @@ class Config:
     lost_grace: timedelta = timedelta(minutes=5)
     degraded_grace: timedelta = timedelta(minutes=2)
     bind_timeout: timedelta = timedelta(seconds=5)
-    # Bind requests one pass answers (steps.requests); 0: every pending one.
-    requests_per_pass: int = 32
+    # Bind requests one pass answers (steps.requests); 0: every pending one. A burst's
+    # later requests wait for the passes before theirs, past their webhook's timeout, when
+    # a pass takes only a few dozen.
+    requests_per_pass: int = 100
     # Bounds how late a grace period is noticed when no event arrives.
     resync: timedelta = timedelta(seconds=30)
     conflict_retry: timedelta = timedelta(milliseconds=100)

@@ -3,7 +3,9 @@
 A pass answers at most `Config.requests_per_pass` of them, the oldest first, and the
 reconciler runs the requests key again at once while some wait: a burst of hundreds
 answered in one pass had every webhook wait for every bind of the burst, past its bind
-timeout; in passes of a few dozen the first answers go out after a few round trips, and
+timeout; in passes of at most a hundred the first answers go out after a few round trips
+(since a Bound answer no longer waits for the whole pass, a pass of a hundred admitted a
+burst sooner than passes of 32, whose later requests waited for the passes before), and
 the total written is the same. A Bound answer is written as soon as its own devices' writes
 are (Plan.write's `after`), ahead of the pass's binds not started yet, no longer after
 every bind of the pass (Plan.waves); a Failed one still waits for them all, as it counts
