@@ -195,6 +195,12 @@ class Fleet:
             and d.status.binding.vm.name == vm
         ]
 
+    async def whole_set(self, namespace: str, vm: str, count: int) -> list[GPUDevice]:
+        """The VM's set once all count devices are bound, else []: a set's binds are
+        written in parallel, so a reader can see some of them before the rest."""
+        devices = await self.set_of(namespace, vm)
+        return devices if len(devices) == count else []
+
     def gpus(self, count: int) -> list[str]:
         """The device names of count GPU entries ordering this test's class."""
         return [self.resource] * count

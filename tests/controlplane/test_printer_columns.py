@@ -113,7 +113,7 @@ async def test_a_tenant_sees_the_gpus_its_vm_holds_without_reading_gpudevices(
     ns = namespace(control_plane)
     await start_binder()
     await fleet.create_vm(ns, "vm", gpus=2, running=False)
-    held = await eventually(lambda: fleet.set_of(ns, "vm"), what="bound")
+    held = await eventually(lambda: fleet.whole_set(ns, "vm", 2), what="bound")
     names = ",".join(sorted(d.metadata.name for d in held))
 
     async def annotated() -> bool:

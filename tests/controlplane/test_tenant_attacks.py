@@ -82,11 +82,6 @@ def _raw_vmi(
     return raw
 
 
-async def _sized(found: Any, n: int) -> list[GPUDevice]:
-    devices: list[GPUDevice] = await found
-    return devices if len(devices) == n else []
-
-
 def _vm_owner(name: str, uid: str, *, controller: bool) -> dict[str, Any]:
     return {
         "apiVersion": KUBEVIRT_API_VERSION,
@@ -239,9 +234,7 @@ async def test_a_tenants_devices_annotation_neither_places_nor_bills_more_gpus(
     assert [r.spec.device for r in await _open(admin, ns, 1)] == [held.metadata.name]
     # The other three are free: another tenant's order gets them.
     await fleet.create_vm(other, "next", gpus=3)
-    taken = await eventually(
-        lambda: _sized(fleet.set_of(other, "next"), 3), what="3 GPUs for another"
-    )
+    taken = await eventually(lambda: fleet.whole_set(other, "next", 3), what="3 GPUs for another")
     assert held.metadata.name not in {d.metadata.name for d in taken}
 
 

@@ -56,7 +56,7 @@ async def a_bound_vm(
     ns = namespace(cp)
     await start_binder()
     vm = await fleet.create_vm(ns, "vm", gpus=2)
-    await eventually(lambda: fleet.set_of(ns, "vm"), what="a set bound")
+    await eventually(lambda: fleet.whole_set(ns, "vm", 2), what="a set bound")
     review = review_request(vmi_of(vm, ns, "vm", fleet.gpus(2)).raw, uid="forged")
     return fleet, ns, vm, orjson.dumps(review)
 
