@@ -59,3 +59,20 @@ def per_start(before: Served, after: Served, starts: int, top: int = 40) -> dict
         }
     out["total"] = round(sum(requests.values()) / max(1, starts), 1)
     return out
+
+
+async def quiet(
+    cp: ControlPlane, below: int = 20, window: float = 2.0, limit: float = 60.0
+) -> None:
+    """Until the API server serves fewer than `below` requests in `window` seconds (or
+    `limit` seconds passed): a fresh control plane's controllers bootstrap and new nodes
+    report for a while, and a burst measured then pays for them."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    last = await served(cp)
+    while loop.time() < deadline:
+        await asyncio.sleep(window)
+        now = await served(cp)
+        if sum((now.requests - last.requests).values()) < below:
+            return
+        last = now

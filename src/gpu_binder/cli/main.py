@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "bench" and args.bench == "start":
         from gpu_binder.bench.start import main as bench_start
-        from gpu_binder.bench.start import table
+        from gpu_binder.bench.starttable import table
 
         figures = bench_start(args.nodes, args.gpus_per_node, args.vms, args.gpus_per_vm)
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))

@@ -1,0 +1,58 @@
+"""`gpu-binder bench start`'s figures side by side, for a person (bench.start makes them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The figures side by side, for a person."""
+    b, g = figures["baseline"], figures["gpu_binder"]
+    k = figures.get("kubevirt_alone") or {}
+
+    def cell(d: dict[str, Any], key: str) -> str:
+        f = d.get(key) or {}
+        return f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f}" if f.get("samples") else "-"
+
+    def total(d: dict[str, Any]) -> str:
+        return str((d.get("api_requests_per_start") or {}).get("total", "-"))
+
+    rows: list[tuple[str, str, str, str]] = [
+        (
+            "VMI create → admitted, p50 / p99 ms",
+            cell(g, "vmi_create_to_admitted"),
+            cell(k, "vmi_create_to_admitted"),
+            "-",
+        ),
+        (
+            "pod create → scheduled, p50 / p99 ms",
+            cell(g, "pod_create_to_scheduled"),
+            cell(k, "pod_create_to_scheduled"),
+            cell(b, "pod_create_to_scheduled"),
+        ),
+        ("starts per second", str(g["starts_per_s"]), str(k.get("starts_per_s", "-")),
+         str(b["starts_per_s"])),
+        ("API requests per start", total(g), total(k), total(b)),
+        ("pods not on their set's node", str(g["pods_not_on_their_sets_node"]), "-", "-"),
+        ("VMIs refused, then created again", str(g["vmi_refused_then_retried"]), "-", "-"),
+        ("launcher pods refused, then created again", str(g["pods_refused_then_retried"]),
+         "-", "-"),
+        ("pods not scheduled", str(g["not_scheduled"]), str(k.get("not_scheduled", "-")),
+         str(b["not_scheduled"])),
+    ]  # fmt: skip
+    head = (
+        f"{figures['vms']} starts of {figures['gpus_per_vm']} GPUs on {figures['nodes']} "
+        f"KWOK nodes × {figures['gpus_per_node']} GPUs (real kube-scheduler)"
+    )
+    width = max(len(r[0]) for r in rows)
+    columns = ("gpu-binder", "KubeVirt alone", "baseline")
+    lines = [head, f"{'':{width}}" + "".join(f"  {c:>14}" for c in columns)]
+    lines += [f"{r[0]:{width}}" + "".join(f"  {c:>14}" for c in r[1:]) for r in rows]
+    lines.append(f"throughput ratio gpu-binder / baseline: {figures['throughput_ratio']}")
+    if k:
+        lines.append(
+            f"KubeVirt alone / baseline: {figures['kubevirt_alone_ratio']}"
+            f" (the most a controller in KubeVirt's path reaches here); gpu-binder /"
+            f" KubeVirt alone: {figures['gpu_binder_to_kubevirt_alone']}"
+        )
+    return "\n".join(lines)
