@@ -275,3 +275,24 @@ async def test_a_deleted_gpu_is_reserved_from_its_vmis_end_to_its_removal_in_a_p
     await cluster.settle()
     assert devices[0] not in cluster.world.devices.by_name
     assert reserved_from(cluster, finished) == devices
+
+
+async def test_a_start_attached_before_any_full_pass_keeps_its_reserved_seconds(
+    cluster: Cluster,
+) -> None:
+    """The bind is a requests pass's and the attachment the next full pass's: the seconds
+    between them are reserved, though no pass saw the device bound and unattached."""
+    from .test_requests_in_memory import ask
+
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("vm", 2, running=True)
+    bound = cluster.clock.now
+    ask(cluster, "vm", 2)
+    await cluster.answer_requests()
+    scheduled = cluster.clock.advance(seconds=3)
+    cluster.start("vm", scheduled=scheduled)
+    cluster.clock.advance(seconds=1)
+    await cluster.settle()
+    assert spans(cluster.reserved()) == [("Reserved", bound, scheduled)] * 2
+    assert spans(cluster.records()) == [("Attached", scheduled, None)] * 2

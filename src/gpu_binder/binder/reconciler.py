@@ -177,9 +177,14 @@ class Reconciler:
         await self._run(devices.finalizers, now, result)
         if enabled:
             await self._run(devices.classify, now, result)
+            # A reservation no pass has seen yet (bound by a requests pass) has its record
+            # opened before an attachment ends it: the VMI of a start may be scheduled
+            # before any full pass runs, and its reserved seconds had no record at all.
+            await self._run(reserved.reserved_records, now, result)
             # Attachments first: a VMI that ended detaches a Lost device, which changes
             # the set the device belongs to.
-            await self._run(attachments.attachments, now, result)
+            if not result.aborted:
+                await self._run(attachments.attachments, now, result)
             # A detach begins a Reserved interval that a release or a bind of this very
             # pass may end (a VM stopped and deleted while no binder ran): its record is
             # opened now, or the interval would never have one. So nothing is released
