@@ -41,7 +41,8 @@ from typing import Any
 
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.bench import apicalls, kubevirt
+from gpu_binder.bench import apicalls, kubevirt, ledger
+from gpu_binder.binder.config import Config
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
 from gpu_binder.devcluster.kwoknodes import SCHEDULABLE, seed_kwok
@@ -175,6 +176,9 @@ class Bench:
                 ours = await self._vms(client, scheduled, "vm")
                 ours["api_requests_per_start"] = apicalls.per_start(
                     t1, await apicalls.served(self.cp), self.vms
+                )
+                ours["ledger"] = await ledger.unrecorded(
+                    client, NAMESPACE, Config().ledger_namespace
                 )
                 _say(f"gpu-binder: {ours}")
             finally:

@@ -14,6 +14,10 @@ def table(figures: dict[str, Any]) -> str:
         f = d.get(key) or {}
         return f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f}" if f.get("samples") else "-"
 
+    def unrecorded(d: dict[str, Any]) -> str:
+        f = d.get("ledger") or {}
+        return f"{f['without_attached_record']} / {f['without_reserved_record']}" if f else "-"
+
     def total(d: dict[str, Any]) -> str:
         return str((d.get("api_requests_per_start") or {}).get("total", "-"))
 
@@ -34,6 +38,7 @@ def table(figures: dict[str, Any]) -> str:
          str(b["starts_per_s"])),
         ("API requests per start", total(g), total(k), total(b)),
         ("pods not on their set's node", str(g["pods_not_on_their_sets_node"]), "-", "-"),
+        ("GPUs without an Attached / a Reserved record", unrecorded(g), "-", "-"),
         ("VMIs refused, then created again", str(g["vmi_refused_then_retried"]), "-", "-"),
         ("launcher pods refused, then created again", str(g["pods_refused_then_retried"]),
          "-", "-"),
