@@ -42,7 +42,7 @@ from typing import Any
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
 from gpu_binder.bench import apicalls, kubevirt, ledger
-from gpu_binder.binder.config import Config
+from gpu_binder.binder import Config
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
 from gpu_binder.devcluster.kwoknodes import SCHEDULABLE, seed_kwok
