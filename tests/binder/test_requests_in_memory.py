@@ -178,3 +178,39 @@ async def test_a_request_in_memory_is_never_told_once_the_lease_is_lost(
     assert told == []
     assert len(cluster.world.asked) == 1
     assert len(cluster.set_of("vm")) == 1
+
+
+async def test_a_request_in_memory_for_a_vm_deleted_meanwhile_binds_nothing(
+    cluster: Cluster,
+) -> None:
+    """Its object would have gone with the VM (owned by it); in memory it is refused, or
+    the deleted VM's tenant would be billed reserved seconds until the set was released."""
+    cluster.node("node-a")
+    await cluster.settle()
+    cluster.vm("vm", 1)
+    ask(cluster, "vm", 1)
+    await cluster.delete_vm("vm")
+    told = telling(cluster)
+    await cluster.answer_requests()
+    [answer] = told
+    assert answer.status.phase == RequestPhase.FAILED
+    assert "deleted" in answer.status.message
+    assert cluster.set_of("vm") == []
+
+
+async def test_a_request_in_memory_for_a_vm_being_deleted_binds_nothing(
+    cluster: Cluster,
+) -> None:
+    cluster.node("node-a")
+    await cluster.settle()
+    raw = cluster.vm("vm", 1).to_dict()
+    raw["metadata"]["deletionTimestamp"] = cluster.clock.now.isoformat()
+    raw["metadata"]["finalizers"] = ["kubevirt.io/virtualMachineControllerFinalize"]
+    cluster.client.put(VirtualMachine.from_dict(raw))
+    ask(cluster, "vm", 1)
+    told = telling(cluster)
+    await cluster.answer_requests()
+    [answer] = told
+    assert answer.status.phase == RequestPhase.FAILED
+    assert "deleted" in answer.status.message
+    assert cluster.set_of("vm") == []

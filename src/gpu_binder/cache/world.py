@@ -46,6 +46,9 @@ from gpu_binder.placement.options import group
 
 # Deleted VMIs whose finish time is kept: far more than end between two passes.
 ENDED_VMIS_KEPT = 10_000
+# Deleted VMs remembered by uid (World.gone_vms): far more than a burst of starts whose
+# VMs are deleted while their requests wait.
+GONE_VMS = 4096
 
 
 def _rv(obj: Any) -> int:
@@ -97,6 +100,10 @@ class World(Orders):
         # requests step as the API's are (binder.writes.Answer), dropped once answered or
         # when leadership changes (webhook.decision `_ask_here`).
         self.asked: dict[str, GPUBindRequest] = {}
+        # The uids of the VMs last seen deleted, oldest first (at most GONE_VMS): a request
+        # handed over in memory for one of them has no owner to be collected with, and
+        # the requests step refuses it instead of binding for a VM that is gone.
+        self.gone_vms: dict[str, None] = {}
         # Devices as this process wrote them while leading: name → the resourceVersion its
         # write's response had (see `written_device`). Cleared whenever leadership changes.
         self.written: dict[str, str] = {}
@@ -168,6 +175,10 @@ class World(Orders):
         elif isinstance(obj, VirtualMachine):
             key = sys.intern(obj.key)  # the key object of the device index (touch_key)
             _put(self.vms, key, obj, deleted)
+            if deleted and obj.metadata.uid:
+                self.gone_vms[obj.metadata.uid] = None
+                if len(self.gone_vms) > GONE_VMS:
+                    del self.gone_vms[next(iter(self.gone_vms))]
             self._index_revision(key, "" if deleted else revision_key(obj))
             self.devices.touch_key(key)
             self._order_changed(key)

@@ -124,6 +124,16 @@ def _answer(ctx: Context, req: GPUBindRequest, local: bool) -> None:
     if vm is not None and req.spec.vm.uid and vm.metadata.uid != req.spec.vm.uid:
         why = f"VM {req.spec.vm.name} was replaced by a newer one"
         return _reply(ctx, req, "", (), why, local=local)
+    gone = vm is None and req.spec.vm.uid in world.gone_vms
+    if gone or (vm is not None and vm.metadata.deletion_timestamp is not None):
+        # KubeVirt starts nothing for a VM being deleted (vm.go sync stops its VMI), and a
+        # set bound now would only be released again, its seconds billed to the tenant.
+        why = (
+            f"VM {req.spec.vm.name} is being deleted"
+            if vm
+            else f"VM {req.spec.vm.name} was deleted"
+        )
+        return _reply(ctx, req, "", (), why, local=local)
     # Every live VMI of the order holds its set, the one this request was made for too: a
     # VMI of that name live already was admitted on a retry after this request's webhook
     # gave up (or its create will fail on the name), pinned to the set as it is.
