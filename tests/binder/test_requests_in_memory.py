@@ -48,6 +48,16 @@ def telling(cluster: Cluster) -> list[GPUBindRequest]:
     return told
 
 
+async def told_failed(cluster: Cluster, why: str) -> None:
+    """The requests answered: the one told is Failed saying why, and nothing is bound."""
+    told = telling(cluster)
+    await cluster.answer_requests()
+    [answer] = told
+    assert answer.status.phase == RequestPhase.FAILED
+    assert why in answer.status.message
+    assert cluster.set_of("vm") == []
+
+
 async def test_a_request_in_memory_is_told_bound_with_its_node_and_devices_and_written_nowhere(
     cluster: Cluster,
 ) -> None:
@@ -108,12 +118,7 @@ async def test_a_request_in_memory_for_a_replaced_vm_is_told_failed_by_uid(
     cluster.world.asked[f"{NAMESPACE}/{asked.metadata.name}"] = asked.model_copy(
         update={"spec": spec}
     )
-    told = telling(cluster)
-    await cluster.answer_requests()
-    [answer] = told
-    assert answer.status.phase == RequestPhase.FAILED
-    assert "replaced by a newer one" in answer.status.message
-    assert cluster.set_of("vm") == []
+    await told_failed(cluster, "replaced by a newer one")
 
 
 async def test_requests_in_memory_and_objects_wait_in_one_line_oldest_first() -> None:
@@ -190,12 +195,7 @@ async def test_a_request_in_memory_for_a_vm_deleted_meanwhile_binds_nothing(
     cluster.vm("vm", 1)
     ask(cluster, "vm", 1)
     await cluster.delete_vm("vm")
-    told = telling(cluster)
-    await cluster.answer_requests()
-    [answer] = told
-    assert answer.status.phase == RequestPhase.FAILED
-    assert "deleted" in answer.status.message
-    assert cluster.set_of("vm") == []
+    await told_failed(cluster, "deleted")
 
 
 async def test_a_request_in_memory_for_a_vm_being_deleted_binds_nothing(
@@ -208,9 +208,4 @@ async def test_a_request_in_memory_for_a_vm_being_deleted_binds_nothing(
     raw["metadata"]["finalizers"] = ["kubevirt.io/virtualMachineControllerFinalize"]
     cluster.client.put(VirtualMachine.from_dict(raw))
     ask(cluster, "vm", 1)
-    told = telling(cluster)
-    await cluster.answer_requests()
-    [answer] = told
-    assert answer.status.phase == RequestPhase.FAILED
-    assert "deleted" in answer.status.message
-    assert cluster.set_of("vm") == []
+    await told_failed(cluster, "deleted")
