@@ -14,7 +14,7 @@ from gpu_binder.api.slots import device_slot
 from gpu_binder.api.types import FINALIZER, GPUDevice, Phase
 from gpu_binder.cache.freestates import FreeStates
 from gpu_binder.cache.resources import NodeResources
-from gpu_binder.placement.mix import Pool
+from gpu_binder.placement.mix import Pool, tally
 from gpu_binder.placement.topology import domain_of
 
 # The device condition naming the VMIs a drain of its cordoned node waits for (steps.drains).
@@ -295,11 +295,11 @@ class DeviceIndex:
         key = (class_name, node)
         old = self._pooled.pop(key, None)
         if old is not None:
-            _count(self.pool_free, old[0], -old[1])
+            tally(self.pool_free, old[0], -old[1])
         if free:
             pool = self.pool_of(class_name, node)
             self._pooled[key] = (pool, free)
-            _count(self.pool_free, pool, free)
+            tally(self.pool_free, pool, free)
 
     def _resources_changed(self, node: str, freed: bool, allocatable: bool = False) -> None:
         if allocatable:
@@ -362,11 +362,3 @@ def discard_from(index: dict[str, set[str]], key: str, name: str) -> None:
         names.discard(name)
         if not names:
             del index[key]
-
-
-def _count(index: dict[Pool, int], pool: Pool, n: int) -> None:
-    total = index.get(pool, 0) + n
-    if total:
-        index[pool] = total
-    else:
-        index.pop(pool, None)

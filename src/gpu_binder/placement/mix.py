@@ -36,7 +36,7 @@ answers with them) once the mix's averages have moved by more than a small toler
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -57,6 +57,7 @@ Pool = tuple[str, int, int, int]
 # What claims are poured into (classes or pools), and what orders are tallied by.
 K = TypeVar("K", str, Pool)
 T = TypeVar("T", frozenset[str], tuple[Pool, ...])
+H = TypeVar("H", bound=Hashable)
 # The CPU (millicores) and memory (bytes) per GPU that fragmentation feeds GPUs with.
 Basis = tuple[float, float]
 
@@ -146,7 +147,7 @@ class Mix:
         self.gpus += n * demand.gpus
         self.cpu_milli += n * demand.cpu_milli
         self.memory_bytes += n * demand.memory_bytes
-        _tally(self.by_classes, demand.classes, n * demand.gpus)
+        tally(self.by_classes, demand.classes, n * demand.gpus)
         self._tally_effective(demand, n)
         if len(self._log) >= _LOG_LIMIT:
             self._log.clear()
@@ -171,14 +172,14 @@ class Mix:
 
     def _tally_effective(self, demand: Demand, n: int) -> None:
         effective = self.effective(demand)
-        _tally(self.by_effective, effective, n * demand.gpus)
+        tally(self.by_effective, effective, n * demand.gpus)
         pools = self.pools(demand)
         if pools:
-            _tally(self.by_pools, pools, n * demand.gpus)
+            tally(self.by_pools, pools, n * demand.gpus)
         if self._shapes is not None and effective:
             largest = (max(g for g, _, _ in self._shapes[c]) for c in effective)
             if all(demand.gpus >= size for size in largest):
-                _tally(self.by_whole, effective, n * demand.gpus)
+                tally(self.by_whole, effective, n * demand.gpus)
 
     def effective(self, demand: Demand) -> frozenset[str]:
         """The accepted classes with a node shape that could hold the order alone."""
@@ -436,7 +437,8 @@ def _pour(claimed: dict[K, float], free: Mapping[K, int], classes: list[K], amou
             return
 
 
-def _tally(index: dict[T, int], key: T, gpus: int) -> None:
+def tally(index: dict[H, int], key: H, gpus: int) -> None:
+    """Add gpus to key's count, which leaves the index when it comes to zero."""
     total = index.get(key, 0) + gpus
     if total:
         index[key] = total
