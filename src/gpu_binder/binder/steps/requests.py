@@ -126,8 +126,9 @@ def _answer(ctx: Context, req: GPUBindRequest, local: bool) -> None:
         return _reply(ctx, req, "", (), why, local=local)
     gone = vm is None and req.spec.vm.uid in world.gone_vms
     if gone or (vm is not None and vm.metadata.deletion_timestamp is not None):
-        # KubeVirt starts nothing for a VM being deleted (vm.go sync stops its VMI), and a
-        # set bound now would only be released again, its seconds billed to the tenant.
+        # KubeVirt starts nothing for a VM being deleted (pkg/virt-controller/watch/vm/vm.go
+        # Controller.sync stops its VMI and returns before any start), and a set bound now
+        # would only be released again, its seconds billed to the tenant.
         why = (
             f"VM {req.spec.vm.name} is being deleted"
             if vm
