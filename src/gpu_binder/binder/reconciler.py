@@ -180,7 +180,7 @@ class Reconciler:
             # A reservation no pass has seen yet (bound by a requests pass) has its record
             # opened before an attachment ends it: the VMI of a start may be scheduled
             # before any full pass runs, and its reserved seconds had no record at all.
-            await self._run(reserved.reserved_records, now, result)
+            await self._run(reserved.open_reserved, now, result)
             # Attachments first: a VMI that ended detaches a Lost device, which changes
             # the set the device belongs to.
             if not result.aborted:

@@ -18,11 +18,18 @@ from gpu_binder.binder.writes import OpenRecord, Update
 
 
 def reserved_records(ctx: Context) -> None:
+    """Open the records of reservations that have none, then close those that ended."""
+    open_reserved(ctx)
+    _close_ended(ctx)
+
+
+def open_reserved(ctx: Context) -> None:
+    """Open the record of each reservation that has none (Reserved records of its own are
+    the only writes it makes, so a pass may run it before a step that ends reservations)."""
     world = ctx.world
     book = ctx.config.ledger_namespace
     scope = ctx.scope.events_only()
     opened = ctx.memory.verdicts("reserved-open")
-    judged = ctx.memory.verdicts("reserved-close")
     for name in scope.devices_of_interest(world, world.devices.reserved):
         d = world.devices.by_name[name]
         if opened.get(name) is d:
@@ -40,6 +47,13 @@ def reserved_records(ctx: Context) -> None:
         # began at the same instant took the name; found closed, it is not opened again.
         found = ledger.remember_closed(ctx.memory.closed_records)
         ctx.plan.write(OpenRecord(ledger.reserved(d, r, book), on_opened=found))
+
+
+def _close_ended(ctx: Context) -> None:
+    world = ctx.world
+    book = ctx.config.ledger_namespace
+    scope = ctx.scope.events_only()
+    judged = ctx.memory.verdicts("reserved-close")
     if scope.full:
         names = sorted(world.open_reserved)
     else:
