@@ -118,16 +118,19 @@ def _since(ctx: Context, vmi: VirtualMachineInstance, d: GPUDevice) -> datetime:
     and is its tenant's to write. So the launcher pod's binding to its node is taken when
     it is known (cache.launchers): the API server stamped it by its own clock, and the
     kubelet hands the pod its devices once bound. Else the Scheduled time, never before
-    the VMI was created (by the server's clock too), nor before this binder saw it
-    unstarted (World.seen_unstarted)."""
-    scheduled = ctx.world.launchers.scheduled_at(vmi)
-    since = scheduled if scheduled is not None else vmi.started_at or ctx.now
+    this binder saw it unstarted (World.seen_unstarted). Neither before the VMI was
+    created (by the server's clock too)."""
+    since = ctx.world.launchers.scheduled_at(vmi)
+    if since is None:
+        since = vmi.started_at or ctx.now
+        # Only the fallback is bounded by this binder's sighting: the pod's binding is the
+        # server's stamp, and the watch may bring the unstarted VMI after the pod ran.
+        unstarted = ctx.world.seen_unstarted.get(vmi.metadata.uid)
+        if unstarted is not None and unstarted > since:
+            since = unstarted
     created = vmi.metadata.creation_timestamp
     if created is not None and created > since:
         since = created
-    unstarted = ctx.world.seen_unstarted.get(vmi.metadata.uid)
-    if unstarted is not None and unstarted > since:
-        since = unstarted
     detached = d.status.detached_at
     if detached is not None and detached > since:
         since = detached
