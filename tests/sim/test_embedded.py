@@ -165,3 +165,28 @@ async def test_under_the_stage_rollout_strategy_no_vmi_affinity_is_synced() -> N
     stage = await run(4, 4, 12, 60, 1, True, max_violations=0, live_update=False)
     live = await run(4, 4, 12, 60, 1, True, max_violations=0)
     assert stage["affinity_syncs"] == 0 < live["affinity_syncs"]
+
+
+async def test_kubevirt_racing_the_binder_schedules_a_start_seconds_after_its_bind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under `race` KubeVirt may act first: the VMI created and bound by its request, its
+    pod scheduled seconds later, before any full pass; the reserved seconds between are
+    billed (what --chaos found unbilled before the binder's fix: invariant 12)."""
+    from gpu_binder.api.types import RecordKind
+    from gpu_binder.sim import cluster as simcluster
+
+    monkeypatch.setattr(simcluster, "KUBEVIRT_FIRST_ODDS", 1.0)
+    c = Cluster([ClassDef("h100", RESOURCE, H100)], race=True)
+    await c.add_node("n1", "h100", 4)
+    await c.settle()
+    c.add_vm("t", "vm1", {"h100": 2}, running=True)
+    await c.settle()
+    records = of_ledger(c.client.objects(GPUUsageRecord), None)
+    reserved = [(r.spec.start, r.spec.end) for r in records if r.spec.kind == RecordKind.RESERVED]
+    attached = [r.spec.start for r in records if r.spec.kind == RecordKind.ATTACHED]
+    assert c.stats.requests_bound == 1
+    assert len(reserved) == 2 and len(set(reserved)) == 1 and len(set(attached)) == 1
+    start, end = reserved[0]
+    assert end == attached[0]
+    assert end is not None and (end - start).total_seconds() >= simcluster.KUBEVIRT_STEP_SECONDS

@@ -138,6 +138,7 @@ async def build(
         sweep_always=sweep_always,
         skew=CHAOS_SKEW if chaos else 0.0,
         live_update=live_update,
+        race=chaos,
     )
     for i in range(nodes):
         await c.add_node(f"node-{i:04d}", "l40s" if i % 4 == 3 else "h100", gpus_per_node)

@@ -16,8 +16,9 @@ its group differs by its whole length, and so does a truth interval the ledger m
 Nothing of zero length counts, since it bills nothing.
 
 The tolerance is 1 s everywhere, and the sim's time steps do not widen it. The clock
-moves only in ticks, and every write between two ticks happens at one instant: the
-truth's and the binder's now are that same instant (sim.truth). An end that came while
+moves in ticks, and under --chaos also between KubeVirt's steps in the rounds it acts
+before the binder (sim.cluster `race`); every write happens at the clock's instant, and
+the truth's and the binder's now are that same instant (sim.truth). An end that came while
 no binder ran is known to the binder that comes back only by stamps, and the other
 machines' clocks (nodes, virt-controller) may be minutes off; but the API server stamped
 the writes that matter by its own clock, to the second: a VMI's final phase

@@ -2,19 +2,24 @@
 check (sim.ledgercheck, invariant 12).
 
 Nothing here reads the binder's ledger or the times other machines stamp. An Attached
-interval is a device held by a VMI's domain: from the first version of the VMI that is
-Scheduled or Running on a node (its launcher pod got the node, and with it the device
-the kubelet hands the pod for each slot resource) to the first that is Succeeded or
-Failed, or its deletion. A Reserved interval is a device whose stored binding names a VM
-while no VMI's domain holds it: from the write that made it so to the write that ended it
-(a release, a bind to another VM, the device's deletion, a domain taking it).
+interval is a device held by a VMI: from the kubelet's admission of its first launcher
+pod, when the device manager hands the pod the node's device for each slot resource it
+asks (the write that makes the pod Running on its node, sim.kubelet), to the first
+version of the VMI that is Succeeded or Failed, or its deletion. Not from the VMI's
+Scheduled report: virt-controller writes that after the pod runs, and when time passes
+between KubeVirt's steps (sim.cluster `race`) the device was the tenant's in between.
+
+A Reserved interval is a device whose stored binding names a VM while no VMI's domain
+holds it: from the write that made it so to the write that ended it (a release, a bind to
+another VM, the device's deletion, a domain taking it).
 
 Every time is the true one: the virtual clock when the store applied the write, seen
 through the store's subscription hook, so on every write, not after each workload event.
-That is what makes it exact. The clock moves only in ticks (1 s to 400 s), and one event
-may hold several of them (a fault: a tick, stops, another tick). Everything in between
-happens at one instant. A look after each event would stamp a change with the event's
-last tick, up to minutes late. A look on each write has no such error.
+That is what makes it exact. The clock moves in ticks (1 s to 400 s), and under --chaos
+also between KubeVirt's steps; one event may hold several ticks (a fault: a tick, stops,
+another tick). Everything in between happens at one instant. A look after each event
+would stamp a change with the event's last tick, up to minutes late. A look on each write
+has no such error.
 """
 
 from __future__ import annotations
@@ -25,12 +30,12 @@ from datetime import datetime
 from typing import Any
 
 from gpu_binder.api.kubevirt import VirtualMachineInstance
+from gpu_binder.api.pod import Pod
 from gpu_binder.api.slots import format_slot
 from gpu_binder.api.types import GPUClass, GPUDevice, RecordKind
 from gpu_binder.client.interface import WatchEvent
+from gpu_binder.sim.launcher import is_temp_pod
 from gpu_binder.sim.memory import MemoryClient
-
-_HOLDING = ("Scheduled", "Running")
 
 
 @dataclass(slots=True)
@@ -76,10 +81,14 @@ class GroundTruth:
         self._attached: dict[tuple[str, str], Stretch] = {}
         self._reserved: dict[str, Stretch] = {}
         self._classes: dict[tuple[str, str], str] = {}
+        # The live VMIs, by uid: a pod admitted for one that is final or gone holds nothing.
+        self._live: set[str] = set()
         for d in client.objects(GPUDevice):
             self._on_device(d, deleted=False)
         for vmi in client.objects(VirtualMachineInstance):
             self._on_vmi(vmi, deleted=False)
+        for pod in client.objects(Pod):
+            self._on_pod(pod)
         client.subscribe(self._on_event)
 
     def _on_event(self, kind: type, event: WatchEvent[Any]) -> None:
@@ -87,6 +96,8 @@ class GroundTruth:
             self._on_device(event.object, event.type == "DELETED")
         elif kind is VirtualMachineInstance:
             self._on_vmi(event.object, event.type == "DELETED")
+        elif kind is Pod and event.type != "DELETED":
+            self._on_pod(event.object)
 
     # --- devices and their bindings ---------------------------------------------------------
 
@@ -147,33 +158,40 @@ class GroundTruth:
 
     def _on_vmi(self, vmi: VirtualMachineInstance, deleted: bool) -> None:
         uid = vmi.metadata.uid
-        holding = not deleted and vmi.phase in _HOLDING and bool(vmi.node_name)
-        domain = self._domains.get(uid)
-        if domain is not None and not holding and (deleted or not vmi.live):
-            self._end_domain(uid, domain)
-        elif domain is None and holding:
-            self._start_domain(vmi)
+        if deleted or not vmi.live:
+            self._live.discard(uid)
+            domain = self._domains.get(uid)
+            if domain is not None:
+                self._end_domain(uid, domain)
+        else:
+            self._live.add(uid)
 
-    def _start_domain(self, vmi: VirtualMachineInstance) -> None:
-        """The devices the kubelet handed the launcher pod: each slot resource the VMI
-        asks for is its node's GPU in that slot, whoever it is bound to."""
-        uid, node = vmi.metadata.uid, vmi.node_name or ""
+    def _on_pod(self, pod: Pod) -> None:
+        """A launcher pod the kubelet admitted: its VMI holds what the pod was handed."""
+        uid = pod.vmi_uid
+        if (
+            pod.phase == "Running"
+            and pod.node_name
+            and uid in self._live
+            and uid not in self._domains
+            and not is_temp_pod(pod.raw)
+        ):
+            self._start_domain(uid, pod)
+
+    def _start_domain(self, uid: str, pod: Pod) -> None:
+        """The devices the kubelet handed the launcher pod: each slot resource it asks for
+        is its node's GPU in that slot, whoever it is bound to."""
+        node = pod.node_name
         devices = frozenset(
-            n for r in vmi.device_names if (n := self._slots.get((node, r))) is not None
+            n for r in pod.resources if (n := self._slots.get((node, r))) is not None
         )
-        self._domains[uid] = _Domain(node, devices, vmi.metadata.namespace)
+        namespace = pod.metadata.namespace
+        self._domains[uid] = _Domain(node, devices, namespace)
         now = self.clock()
         for name in sorted(devices):
             self._held_by.setdefault(name, set()).add(uid)
             d = self._devices[name]
-            s = Stretch(
-                RecordKind.ATTACHED,
-                name,
-                uid,
-                vmi.metadata.namespace,
-                self._class_of(d),
-                now,
-            )
+            s = Stretch(RecordKind.ATTACHED, name, uid, namespace, self._class_of(d), now)
             self._attached[(uid, name)] = s
             self.stretches.append(s)
             self._judge_reserved(name)
