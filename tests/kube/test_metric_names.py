@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.metrics import Metrics, version
 from gpu_binder.cache import World
+from gpu_binder.kube.collector import Pauses
 from gpu_binder.kube.metrics import RunMetrics
 
 PREFIX = "gpu_binder_"
@@ -30,6 +31,7 @@ def exposition() -> str:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     run = RunMetrics(registry)
+    registry.register(Pauses())
     for owner in (metrics, run):
         for wrapper in vars(owner).values():
             if isinstance(wrapper, MetricWrapperBase) and wrapper._labelnames:

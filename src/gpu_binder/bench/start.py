@@ -41,7 +41,7 @@ from typing import Any
 
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.bench import apicalls, kubevirt, ledger
+from gpu_binder.bench import apicalls, gcpauses, kubevirt, ledger
 from gpu_binder.binder import Config
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
@@ -140,7 +140,14 @@ def _throughput(first: float, done: list[float]) -> float:
 
 class Bench:
     def __init__(
-        self, cp: ControlPlane, work: Path, nodes: int, gpus: int, vms: int, per_vm: int
+        self,
+        cp: ControlPlane,
+        work: Path,
+        nodes: int,
+        gpus: int,
+        vms: int,
+        per_vm: int,
+        gc_freeze_interval: str | None = None,
     ) -> None:
         self.cp = cp
         self.work = work
@@ -148,6 +155,8 @@ class Bench:
         self.gpus = gpus
         self.vms = vms
         self.per_vm = per_vm
+        self.gc_freeze_interval = gc_freeze_interval
+        self._metrics_url = ""
 
     async def run(self, kwok: Path) -> dict[str, Any]:
         client = KubeClient(await load(str(self.cp.kubeconfig)), pool=256, timeout=60)
@@ -167,16 +176,18 @@ class Bench:
                 _say(f"KubeVirt alone: {alone}")
                 await self._delete_vms(client)
                 binder = self._start_binder(client)
-                await self._settled(client)
+                await self._settled(client, binder)
                 t0 = await apicalls.served(self.cp)
                 baseline = await self._baseline(client, scheduled)
                 t1 = await apicalls.served(self.cp)
                 baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
                 _say(f"baseline: {baseline}")
+                paused = await gcpauses.scrape(self._metrics_url)
                 ours = await self._vms(client, scheduled, "vm")
                 ours["api_requests_per_start"] = apicalls.per_start(
                     t1, await apicalls.served(self.cp), self.vms
                 )
+                ours["gc_pauses"] = gcpauses.since(paused, await gcpauses.scrape(self._metrics_url))
                 ours["ledger"] = await ledger.unrecorded(
                     client, NAMESPACE, Config().ledger_namespace
                 )
@@ -218,9 +229,14 @@ class Bench:
         _say(f"seeded {self.nodes} KWOK nodes, {devices} GPUs in {time.perf_counter() - t:.1f}s")
 
     def _start_binder(self, client: KubeClient) -> Process:
-        port = free_port()
+        port, metrics = free_port(), free_port()
         cert, key = self.cp.certs.ca.issue_serving("gpu-binder").write(self.work, "webhook")
         proc = Process("gpu-binder", self.work / "logs" / "gpu-binder.log")
+        freeze = (
+            [f"--gc-freeze-interval={self.gc_freeze_interval}"]
+            if self.gc_freeze_interval is not None
+            else []
+        )
         proc.start(
             [
                 sys.executable,
@@ -235,19 +251,24 @@ class Bench:
                 f"--webhook-port={port}",
                 f"--tls-cert-file={cert}",
                 f"--tls-key-file={key}",
-                "--metrics-port=0",
+                "--metrics-host=127.0.0.1",
+                f"--metrics-port={metrics}",
                 "--log-level=warning",
                 "--log-format=text",
+                *freeze,
             ]
         )
         self._webhook_url = f"https://127.0.0.1:{port}"
+        self._metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         return proc
 
-    async def _settled(self, client: KubeClient) -> None:
+    async def _settled(self, client: KubeClient, binder: Process) -> None:
         """Until the binder has classified every GPU (status.className), then the webhook."""
         t = time.perf_counter()
         total = self.nodes * self.gpus
         while True:
+            if (rc := binder.exited()) is not None:
+                raise RuntimeError(f"gpu-binder exited {rc} before it settled:\n{binder.tail()}")
             devices = (await client.list(GPUDevice)).items
             if sum(1 for d in devices if d.status.class_name) >= total:
                 break
@@ -376,7 +397,9 @@ def main(
     vms: int = 1000,
     per_vm: int = 2,
     progress: Callable[[str], None] = _say,
+    gc_freeze_interval: str | None = None,
 ) -> dict[str, Any]:
+    """`gc_freeze_interval`: the binder's --gc-freeze-interval (None: its default)."""
     if vms * per_vm > nodes * gpus:
         raise ValueError(f"{vms} VMs of {per_vm} GPUs do not fit {nodes} × {gpus} GPUs")
     with tempfile.TemporaryDirectory(prefix="gpu-binder-bench-start-") as tmp:
@@ -385,7 +408,7 @@ def main(
             progress(f"control plane up in {cp.startup_seconds:.1f}s")
             cp.install_crds(fleet.CRDS)
             _install_rbac(cp)
-            bench = Bench(cp, Path(tmp), nodes, gpus, vms, per_vm)
+            bench = Bench(cp, Path(tmp), nodes, gpus, vms, per_vm, gc_freeze_interval)
             return asyncio.run(bench.run(cp.node_assets.kwok))
 
 

@@ -18,6 +18,10 @@ def table(figures: dict[str, Any]) -> str:
         f = d.get("ledger") or {}
         return f"{f['without_attached_record']} / {f['without_reserved_record']}" if f else "-"
 
+    def paused(d: dict[str, Any]) -> str:
+        f = (d.get("gc_pauses") or {}).get("2")
+        return f"{f['collections']} / {f['seconds']:.2f} / {f['over_0.25_s']}" if f else "-"
+
     def total(d: dict[str, Any]) -> str:
         return str((d.get("api_requests_per_start") or {}).get("total", "-"))
 
@@ -44,6 +48,7 @@ def table(figures: dict[str, Any]) -> str:
          "-", "-"),
         ("pods not scheduled", str(g["not_scheduled"]), str(k.get("not_scheduled", "-")),
          str(b["not_scheduled"])),
+        ("binder's full GC pauses: n / s / over 0.25 s", paused(g), "-", "-"),
     ]  # fmt: skip
     head = (
         f"{figures['vms']} starts of {figures['gpus_per_vm']} GPUs on {figures['nodes']} "

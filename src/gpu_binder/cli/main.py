@@ -72,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     bs.add_argument("--gpus-per-node", type=int, default=8)
     bs.add_argument("--vms", type=int, default=1_000)
     bs.add_argument("--gpus-per-vm", type=int, default=2)
+    bs.add_argument(
+        "--gc-freeze-interval",
+        default=None,
+        help="the binder's --gc-freeze-interval, a duration (0s: never freeze; default: the "
+        "binder's)",
+    )
     bs.add_argument("--json", action="store_true")
     bf = bench_sub.add_parser(
         "flood", help="other reviews' latency while one client floods the webhook server"
@@ -108,7 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_binder.bench.start import main as bench_start
         from gpu_binder.bench.starttable import table
 
-        figures = bench_start(args.nodes, args.gpus_per_node, args.vms, args.gpus_per_vm)
+        figures = bench_start(
+            args.nodes,
+            args.gpus_per_node,
+            args.vms,
+            args.gpus_per_vm,
+            gc_freeze_interval=args.gc_freeze_interval,
+        )
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         print(table(figures), file=sys.stderr)
         return 0

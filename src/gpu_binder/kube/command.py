@@ -107,6 +107,13 @@ def parser() -> argparse.ArgumentParser:
     add("--metrics-host", default="0.0.0.0")
     add("--metrics-port", default=8080, type=int, help="0: no metrics and probe server")
     add(
+        "--gc-freeze-interval",
+        default=timedelta(minutes=10),
+        type=duration,
+        help="how often the heap is collected in full and frozen, out of the garbage "
+        "collector's scans (0: never; Python's own thresholds)",
+    )
+    add(
         "--metrics-auth",
         default=False,
         type=boolean,
@@ -170,6 +177,7 @@ def settings(args: argparse.Namespace) -> tuple[Config, Options]:
         metrics_port=args.metrics_port or None,
         metrics_auth=args.metrics_auth,
         metrics_tls=args.metrics_tls,
+        gc_freeze_interval=args.gc_freeze_interval.total_seconds() or None,
     )
     return config, options
 

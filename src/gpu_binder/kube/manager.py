@@ -24,6 +24,7 @@ from gpu_binder.cache import SELECTORS, WATCHED, World, feed, namespace_of
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.kube.cache import Informer, Informers
 from gpu_binder.kube.client import KubeClient
+from gpu_binder.kube.collector import Collector
 from gpu_binder.kube.controller import Controller
 from gpu_binder.kube.events import BackgroundRecorder
 from gpu_binder.kube.leaderelection import LeaderElector, Timings
@@ -74,6 +75,8 @@ class Options:
     metrics_auth: bool = False
     # Serve metrics over HTTPS with the webhook's serving certificate.
     metrics_tls: bool = False
+    # Seconds between freezes of the heap (kube.collector); None: Python's collector as is.
+    gc_freeze_interval: float | None = None
 
 
 class Manager:
@@ -100,6 +103,9 @@ class Manager:
             self.metrics.gpu_seconds.clock = clock
         self._fold: asyncio.Task[None] | None = None
         self.run_metrics = RunMetrics(self.metrics.registry)
+        self.collector = Collector(
+            self.metrics.registry, self.options.gc_freeze_interval, lambda: self.ready
+        )
         self.queue = WorkQueue(first=[REQUESTS_KEY])
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)
@@ -184,6 +190,7 @@ class Manager:
             await self.shutdown()
 
     async def start(self) -> None:
+        self.collector.start()
         self.informers.start()
         self._fold = asyncio.create_task(
             fold(self.client, self.config.ledger_namespace, self.totals), name="ledger-fold"
@@ -244,6 +251,7 @@ class Manager:
             self._fold.cancel()
             await asyncio.gather(self._fold, return_exceptions=True)
         await self.informers.stop()
+        await self.collector.stop()
         log.info("stopped", extra={"identity": self.options.identity})
 
     def _started_leading(self) -> None:
