@@ -17,6 +17,21 @@ from gpu_binder.kube import KubeClient, load
 pytestmark = pytest.mark.controlplane
 
 
+def bind_request(ns: str, name: str) -> GPUBindRequest:
+    return GPUBindRequest.model_validate(
+        {
+            "apiVersion": "gpu.cozystack.io/v1alpha1",
+            "kind": "GPUBindRequest",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "vm": {"name": "vm"},
+                "vmi": {"name": "vm"},
+                "requests": [{"className": "c", "count": 1}],
+            },
+        }
+    )
+
+
 async def test_a_list_pages_through_every_object(
     control_plane: ControlPlane, admin: KubeClient
 ) -> None:
@@ -87,17 +102,7 @@ async def test_a_watch_resumes_from_a_resource_version_and_raises_gone_when_expi
     ns = namespace(control_plane)
     listed = await admin.list(GPUBindRequest, ns)
     events = admin.watch(GPUBindRequest, ns, listed.resource_version)
-    request = {
-        "apiVersion": "gpu.cozystack.io/v1alpha1",
-        "kind": "GPUBindRequest",
-        "metadata": {"name": "r", "namespace": ns},
-        "spec": {
-            "vm": {"name": "vm"},
-            "vmi": {"name": "vm"},
-            "requests": [{"className": "c", "count": 1}],
-        },
-    }
-    await admin.create(GPUBindRequest.model_validate(request))
+    await admin.create(bind_request(ns, "r"))
     async with asyncio.timeout(10):
         first = await anext(aiter(events))
     await events.aclose()  # type: ignore[attr-defined]
@@ -106,3 +111,40 @@ async def test_a_watch_resumes_from_a_resource_version_and_raises_gone_when_expi
     with pytest.raises(Gone):
         async for _ in admin.watch(GPUBindRequest, ns, resource_version="1"):
             pass
+
+
+async def test_an_open_watch_leaves_every_request_connection_free(
+    control_plane: ControlPlane, admin: KubeClient
+) -> None:
+    """A watch holds its connection for minutes: on the requests' pool (here of one) it
+    made every request wait behind it, as a burst's writes made the webhook's reads."""
+    ns = namespace(control_plane)
+    async with KubeClient(await load(str(control_plane.kubeconfig)), pool=1) as one:
+        listed = await one.list(GPUBindRequest, ns)
+        events = one.watch(GPUBindRequest, ns, listed.resource_version)
+        await admin.create(bind_request(ns, "r"))
+        async with asyncio.timeout(10):
+            await anext(aiter(events))  # its stream is open
+            got = await one.get(GPUBindRequest, "r", ns)
+        await events.aclose()  # type: ignore[attr-defined]
+    assert got.metadata.name == "r"
+
+
+async def test_a_sibling_answers_while_every_connection_of_its_twin_is_taken(
+    control_plane: ControlPlane,
+) -> None:
+    """The lease's client is the manager's sibling: its renewals wait behind none of the
+    manager's requests."""
+    ns = namespace(control_plane)
+    async with KubeClient(await load(str(control_plane.kubeconfig)), pool=1) as one:
+        # One request that lasts: a watch sent as a plain request takes the only connection.
+        query = {"watch": "1", "timeoutSeconds": "30"}
+        held = one._send("GET", f"/api/v1/namespaces/{ns}/configmaps", None, query, "")
+        async with held:
+            twin = one.sibling()
+            try:
+                async with asyncio.timeout(10):
+                    listed = await twin.list(GPUBindRequest, ns)
+            finally:
+                await twin.close()
+    assert listed.items == []

@@ -120,8 +120,11 @@ class Manager:
             ask_here=lambda: self.queue.add(REQUESTS_KEY),
         )
         self.pods = PodPinner(self.world, self.config, client=client, leading=self.is_leader)
+        # The lease's renewals on connections of their own: behind a burst's writes and
+        # reads they could wait past the renew deadline, and a busy leader would let go.
+        self._lease_client = client.sibling() if self.options.leader_elect else client
         self.elector = LeaderElector(
-            client,
+            self._lease_client,
             self.options.lease_namespace,
             self.options.lease_name,
             self.options.identity,
@@ -251,6 +254,8 @@ class Manager:
             self._fold.cancel()
             await asyncio.gather(self._fold, return_exceptions=True)
         await self.informers.stop()
+        if self._lease_client is not self.client:
+            await self._lease_client.close()
         await self.collector.stop()
         log.info("stopped", extra={"identity": self.options.identity})
 
