@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
 from binder.cluster import LEDGER, NAMESPACE, Cluster
 from gpu_binder.api.types import GPUUsageRecord, RecordKind
 from gpu_binder.bench import ledger
 from gpu_binder.bench.starttable import table
+from gpu_binder.client.errors import from_status
 from gpu_binder.kube import KubeClient
 
 
@@ -75,3 +78,23 @@ def test_the_table_sets_kubevirt_alone_between_gpu_binder_and_the_baseline() -> 
     (unrecorded,) = [line for line in lines if line.startswith("GPUs without")]
     assert unrecorded.split()[-3:] == ["3", "-", "-"]
     assert "KubeVirt alone / baseline: 0.4" in lines[-1]
+
+
+async def test_a_list_the_servers_cache_is_too_far_behind_for_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a burst on two cores the API server's watch cache can lag seconds behind etcd
+    and answer a list 504 "Too large resource version"; the count waits it out."""
+    cluster = Cluster()
+    await started(cluster)
+    real = cluster.client.list
+    lagging = [from_status(504, "Timeout: Too large resource version: 49904, current: 49628")]
+
+    async def list_(*args: Any, **kwargs: Any) -> Any:
+        if lagging:
+            raise lagging.pop()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(cluster.client, "list", list_)
+    found = await ledger.unrecorded(cast(KubeClient, cluster.client), NAMESPACE, LEDGER, 60)
+    assert found["gpus"] == 2 and not lagging

@@ -9,7 +9,12 @@ import asyncio
 import time
 
 from gpu_binder.api.types import GPUDevice, GPUUsageRecord, RecordKind
+from gpu_binder.client.errors import ApiError
 from gpu_binder.kube import KubeClient
+
+# The API server's answer to a list its watch cache is too far behind to serve ("Too
+# large resource version"), which a burst on two cores brings about: asked again.
+LAGGING = 504
 
 
 async def unrecorded(
@@ -19,13 +24,21 @@ async def unrecorded(
     does or timeout seconds passed."""
     t = time.perf_counter()
     while True:
+        try:
+            bound = (await client.list(GPUDevice)).items
+            records = (await client.list(GPUUsageRecord, ledger)).items
+        except ApiError as e:
+            if e.code != LAGGING or time.perf_counter() - t >= timeout:
+                raise
+            await asyncio.sleep(1.0)
+            continue
         devices = [
             d.metadata.name
-            for d in (await client.list(GPUDevice)).items
+            for d in bound
             if d.status.binding is not None and d.status.binding.vm.namespace == namespace
         ]
         kinds: dict[RecordKind, set[str]] = {RecordKind.ATTACHED: set(), RecordKind.RESERVED: set()}
-        for r in (await client.list(GPUUsageRecord, ledger)).items:
+        for r in records:
             if r.spec.namespace == namespace:
                 kinds[r.spec.kind].add(r.spec.device)
         missing = {k: sum(1 for d in devices if d not in seen) for k, seen in kinds.items()}
