@@ -41,7 +41,7 @@ from typing import Any
 
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.bench import apicalls, gcpauses, kubevirt, ledger
+from gpu_binder.bench import apicalls, histograms, kubevirt, ledger
 from gpu_binder.binder import Config
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
@@ -182,12 +182,12 @@ class Bench:
                 t1 = await apicalls.served(self.cp)
                 baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
                 _say(f"baseline: {baseline}")
-                paused = await gcpauses.scrape(self._metrics_url)
+                metrics = await histograms.scrape(self._metrics_url)
                 ours = await self._vms(client, scheduled, "vm")
                 ours["api_requests_per_start"] = apicalls.per_start(
                     t1, await apicalls.served(self.cp), self.vms
                 )
-                ours["gc_pauses"] = gcpauses.since(paused, await gcpauses.scrape(self._metrics_url))
+                ours |= histograms.both(metrics, await histograms.scrape(self._metrics_url))
                 ours["ledger"] = await ledger.unrecorded(
                     client, NAMESPACE, Config().ledger_namespace
                 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY
+
 
 def table(figures: dict[str, Any]) -> str:
     """The figures side by side, for a person."""
@@ -20,7 +22,11 @@ def table(figures: dict[str, Any]) -> str:
 
     def paused(d: dict[str, Any]) -> str:
         f = (d.get("gc_pauses") or {}).get("2")
-        return f"{f['collections']} / {f['seconds']:.2f} / {f['over_0.25_s']}" if f else "-"
+        return f"{f['n']} / {f['seconds']:.2f} / {f['over_0.25_s']}" if f else "-"
+
+    def passes(d: dict[str, Any], key: str) -> str:
+        f = (d.get("passes") or {}).get(key)
+        return f"{f['n']} / {f['seconds']:.1f} / {f['over_1.0_s']}" if f else "-"
 
     def total(d: dict[str, Any]) -> str:
         return str((d.get("api_requests_per_start") or {}).get("total", "-"))
@@ -49,6 +55,8 @@ def table(figures: dict[str, Any]) -> str:
         ("pods not scheduled", str(g["not_scheduled"]), str(k.get("not_scheduled", "-")),
          str(b["not_scheduled"])),
         ("binder's full GC pauses: n / s / over 0.25 s", paused(g), "-", "-"),
+        ("requests passes: n / s / over 1 s", passes(g, REQUESTS_KEY), "-", "-"),
+        ("full passes: n / s / over 1 s", passes(g, PASS_KEY), "-", "-"),
     ]  # fmt: skip
     head = (
         f"{figures['vms']} starts of {figures['gpus_per_vm']} GPUs on {figures['nodes']} "

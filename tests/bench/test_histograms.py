@@ -1,0 +1,59 @@
+"""bench start's account of the binder's own histograms during the burst: the difference
+of two scrapes of its /metrics (bench.histograms), for the collector's pauses and the
+passes."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpu_binder.bench.histograms import GC_PAUSES, both, parse, since
+from gpu_binder.binder import PASS_KEY, REQUESTS_KEY
+from gpu_binder.binder.metrics import Metrics
+from gpu_binder.kube.collector import Pauses
+
+
+def test_only_the_pauses_between_the_two_scrapes_count() -> None:
+    registry, pauses = CollectorRegistry(), Pauses()
+    registry.register(pauses)
+    family, label, long = GC_PAUSES
+    pauses.observe(2, 0.7)
+    before = parse(generate_latest(registry).decode(), family, label)
+    pauses.observe(2, 0.3)
+    pauses.observe(2, 0.02)
+    pauses.observe(0, 0.001)
+    figures = since(before, parse(generate_latest(registry).decode(), family, label), long)
+    assert figures["2"] == {
+        "n": 2,
+        "seconds": 0.32,
+        "over_0.1_s": 1,
+        "over_0.25_s": 1,
+        "over_0.5_s": 0,
+    }
+    assert figures["0"] == {
+        "n": 1,
+        "seconds": 0.001,
+        "over_0.1_s": 0,
+        "over_0.25_s": 0,
+        "over_0.5_s": 0,
+    }
+
+
+def test_the_passes_are_counted_by_key() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    registry.register(Pauses())
+    before = generate_latest(registry).decode()
+    metrics.pass_seconds.labels(REQUESTS_KEY).observe(0.3)
+    metrics.pass_seconds.labels(REQUESTS_KEY).observe(1.5)
+    metrics.pass_seconds.labels(PASS_KEY).observe(6.0)
+    passes = both(before, generate_latest(registry).decode())["passes"]
+    assert passes == {
+        PASS_KEY: {"n": 1, "seconds": 6.0, "over_0.25_s": 1, "over_1.0_s": 1, "over_5.0_s": 1},
+        REQUESTS_KEY: {
+            "n": 2,
+            "seconds": 1.8,
+            "over_0.25_s": 2,
+            "over_1.0_s": 1,
+            "over_5.0_s": 0,
+        },
+    }
