@@ -378,9 +378,10 @@ class World(Orders):
     ) -> None:
         """Remember when this world last held a VMI not yet started: when the version
         starting it arrives. Its start is stamped by virt-controller's and its node's
-        clocks, which may be behind the binder's: the attachment must not be billed from
-        before the binder saw the VMI unstarted. Late by the watch's delivery, as
-        seen_running is."""
+        clocks, which may be behind the binder's: an attachment billed from that stamp
+        must not begin before the binder saw the VMI unstarted. Late by the watch's
+        delivery, as seen_running is, so it bounds only that stamp, never the launcher
+        pod's binding, which the API server stamped (steps.attachments `_since`)."""
         if self.clock is None or deleted or new.metadata.uid != old.metadata.uid:
             return
         if old.phase not in STARTED_PHASES and new.phase in STARTED_PHASES:
