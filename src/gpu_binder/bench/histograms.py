@@ -11,10 +11,11 @@ from collections import defaultdict
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-GC_PAUSES = ("gpu_binder_gc_pause_duration_seconds", "generation", ("0.1", "0.25", "0.5"))
-PASSES = ("gpu_binder_pass_duration_seconds", "key", ("0.25", "1.0", "5.0"))
+GC_PAUSES = ("gpu_binder_gc_pause_duration_seconds", "generation", (0.1, 0.25, 0.5))
+PASSES = ("gpu_binder_pass_duration_seconds", "key", (0.25, 1.0, 5.0))
 
-# By label value: count, sum and the count at or below each bucket bound.
+# By label value: count, sum and the count at or below each bucket bound (keyed by the
+# bound as str(float), whatever the exposition's spelling).
 Histogram = dict[str, dict[str, float]]
 
 
@@ -36,11 +37,11 @@ def parse(text: str, family: str, label: str) -> Histogram:
             elif s.name.endswith("_sum"):
                 row["sum"] = s.value
             elif s.name.endswith("_bucket"):
-                row[str(float(s.labels["le"])) if s.labels["le"] != "+Inf" else "+Inf"] = s.value
+                row[str(float(s.labels["le"]))] = s.value
     return dict(out)
 
 
-def since(before: Histogram, after: Histogram, long: tuple[str, ...]) -> dict[str, object]:
+def since(before: Histogram, after: Histogram, long: tuple[float, ...]) -> dict[str, object]:
     """Between two scrapes, per label value: observations, their seconds in all, and how
     many were longer than each bound of `long`."""
     figures: dict[str, object] = {}
@@ -54,7 +55,7 @@ def since(before: Histogram, after: Histogram, long: tuple[str, ...]) -> dict[st
         figures[value] = {
             "n": int(n),
             "seconds": round(delta("sum"), 3),
-            **{f"over_{bound}_s": int(n - delta(str(float(bound)))) for bound in long},
+            **{f"over_{bound}_s": int(n - delta(str(bound))) for bound in long},
         }
     return figures
 

@@ -48,7 +48,6 @@ class Pauses:
         self.buckets = [[0] * len(BUCKETS) for _ in range(GENERATIONS)]
         self.counts = [0] * GENERATIONS
         self.sums = [0.0] * GENERATIONS
-        self.longest = 0.0
 
     def install(self) -> None:
         if self._on_collection not in gc.callbacks:
@@ -69,7 +68,6 @@ class Pauses:
             return
         self.counts[generation] += 1
         self.sums[generation] += seconds
-        self.longest = max(self.longest, seconds)
         row = self.buckets[generation]
         for i, bound in enumerate(BUCKETS):
             if seconds <= bound:
