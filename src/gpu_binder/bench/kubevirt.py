@@ -13,15 +13,24 @@ its launcher pod and reporting where it was scheduled, virt-handler reporting it
   stand-in); a refused create (gpu-binder's pod webhook) is retried the same way, by the
   VMI controller's own queue (`watch/vmi/vmi.go` `Execute`, the same rate limiter), while
   the VMI stays Pending.
-- Not played: the controllers' worker counts (`--vm-controller-threads`, 3 by default,
-  `watch/application.go`), which would bound how many creates wait on the webhook at once,
-  and the FailedCreate Event the VM controller records on each refusal.
+- Workers: each controller syncs keys on its own threads (`Controller.Run(threadiness)`,
+  each a `processNextWorkItem` loop), `--vm-controller-threads` 3 and
+  `--vmi-controller-threads` 10 by default (`watch/application.go`
+  `defaultControllerThreads`, `defaultVMIControllerThreads`): a sync holds one while its
+  create waits on the API server, and so on gpu-binder's webhook, so at most 3 VMI creates
+  wait on it at once (`Workers`). A key queued again for a retry waits its backoff on no
+  thread. Every request of virt-controller takes a token of its client's bucket, 200 a
+  second in bursts of 400 (`Execute`: `flowcontrol.NewTokenBucketRateLimiter` with
+  `pkg/virt-config/virt-config.go` `DefaultVirtControllerQPS`, `…Burst`; `TokenBucket`).
+- Not played: the FailedCreate Event the VM controller records on each refusal, and the
+  VM status updates of its syncs.
 - Scheduled: `lifecycle.go` `updateStatus` sets the VMI `Scheduling` once its pod exists
   and `Scheduled`, with `status.nodeName` and the `kubevirt.io/nodeName` label, once the
   pod is ready on a node (KWOK makes a scheduled pod ready at once); each phase change
   stamped (`pkg/controller/controller.go` `SetVMIPhaseTransitionTimestamp`).
 - Running: virt-handler on that node (`pkg/virt-handler/vm.go`
-  `calculateVmPhaseForStatusReason`) once the domain runs.
+  `calculateVmPhaseForStatusReason`) once the domain runs; a client of its own on each
+  node, so neither workers nor virt-controller's bucket bound it.
 
 VMIs have no status subresource (virt-operator's `NewVirtualMachineInstanceCrd`), so each
 report is a merge patch of the VMI; with no KubeVirt webhook here, nothing reverts it.
@@ -30,7 +39,10 @@ report is a merge patch of the VMI; with no KubeVirt webhook here, nothing rever
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +55,11 @@ from gpu_binder.sim.ratelimit import ItemBackoff
 
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 MERGE_PATCH = "application/merge-patch+json"
+# virt-controller's defaults (module docstring).
+VM_CONTROLLER_THREADS = 3
+VMI_CONTROLLER_THREADS = 10
+CONTROLLER_QPS = 200.0
+CONTROLLER_BURST = 400
 
 
 def vmis_path(namespace: str) -> str:
@@ -72,43 +89,66 @@ class Requeue:
 
 
 async def create_vmi(
-    client: KubeClient, vmi: dict[str, Any], refused: list[str], requeue: Requeue
-) -> dict[str, Any]:
-    """The VM controller's create, again after each refusal; the VMI as stored."""
-    meta = vmi["metadata"]
-    path, key = vmis_path(meta["namespace"]), f"{meta['namespace']}/{meta['name']}"
-    while True:
-        try:
-            stored = await client.request("POST", path, vmi)
-        except ApiError as e:
-            refused.append(e.message)
-            await asyncio.sleep(requeue.after_failure(key))
-        else:
-            requeue.succeeded(key)
-            return stored
+    client: KubeClient,
+    vmi: dict[str, Any],
+    refused: list[str],
+    requeue: Requeue,
+    controller: VirtController,
+) -> tuple[dict[str, Any], float]:
+    """The VM controller's create, again after each refusal: the VMI as stored, and when
+    its first create was sent (`time.perf_counter`)."""
+    path, key = vmis_path(vmi["metadata"]["namespace"]), _key(vmi)
+    return await _create(client, path, vmi, key, refused, requeue, controller, controller.vm)
 
 
 async def create_launcher_pod(
-    client: KubeClient, vmi: dict[str, Any], refused: list[str], requeue: Requeue
+    client: KubeClient,
+    vmi: dict[str, Any],
+    refused: list[str],
+    requeue: Requeue,
+    controller: VirtController,
 ) -> dict[str, Any]:
     """virt-controller's launcher pod for the stored VMI, again after each refusal."""
-    pod = render_launcher_pod(vmi)
-    meta = vmi["metadata"]
-    path, key = pods_path(meta["namespace"]), f"{meta['namespace']}/{meta['name']}"
+    pod, key = render_launcher_pod(vmi), _key(vmi)  # the pod's name is generated
+    path = pods_path(vmi["metadata"]["namespace"])
+    created, _ = await _create(client, path, pod, key, refused, requeue, controller, controller.vmi)
+    return created
+
+
+def _key(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+async def _create(
+    client: KubeClient,
+    path: str,
+    body: dict[str, Any],
+    key: str,
+    refused: list[str],
+    requeue: Requeue,
+    controller: VirtController,
+    workers: Workers,
+) -> tuple[dict[str, Any], float]:
+    """A sync of `key` creating `body` on one of the controller's threads; a refusal frees
+    the thread and queues the key again after its backoff."""
+    first: float | None = None
     while True:
-        try:
-            created = await client.request("POST", path, pod)
-        except ApiError as e:
-            refused.append(e.message)
-            await asyncio.sleep(requeue.after_failure(key))
-        else:
-            requeue.succeeded(key)
-            return created
+        async with workers.sync():
+            if first is None:
+                first = time.perf_counter()
+            try:
+                created = await controller.request(client, "POST", path, body)
+            except ApiError as e:
+                refused.append(e.message)
+            else:
+                requeue.succeeded(key)
+                return created, first
+        await asyncio.sleep(requeue.after_failure(key))
 
 
-async def report_scheduled(client: KubeClient, pod: Pod) -> None:
-    """virt-controller's Scheduled (node and label), then virt-handler's Running, for the
-    VMI of a launcher pod the scheduler placed."""
+async def report_scheduled(client: KubeClient, pod: Pod, controller: VirtController) -> None:
+    """virt-controller's Scheduled (node and label, a sync of the VMI controller), then
+    virt-handler's Running, for the VMI of a launcher pod the scheduler placed."""
     name, node = pod.vmi_name, pod.node_name
     if not name or not node:
         return
@@ -118,13 +158,89 @@ async def report_scheduled(client: KubeClient, pod: Pod) -> None:
         stamps.append({"phase": phase, "phaseTransitionTimestamp": _now()})
         status: dict[str, Any] = {"phase": phase, "phaseTransitionTimestamps": list(stamps)}
         patch: dict[str, Any] = {"status": status}
-        if phase == "Scheduled":
-            status["nodeName"] = node
-            patch["metadata"] = {"labels": {NODE_NAME_LABEL: node}}
         try:
-            await client.request("PATCH", path, patch, content_type=MERGE_PATCH)
+            if phase == "Scheduled":
+                status["nodeName"] = node
+                patch["metadata"] = {"labels": {NODE_NAME_LABEL: node}}
+                async with controller.vmi.sync():
+                    await controller.request(client, "PATCH", path, patch, MERGE_PATCH)
+            else:
+                await client.request("PATCH", path, patch, content_type=MERGE_PATCH)
         except NotFound:
             return  # deleted meanwhile: nothing runs
+
+
+class Workers:
+    """A controller's threads: a sync holds one for its API calls (module docstring);
+    0 threads: as many as there are keys."""
+
+    def __init__(self, threads: int) -> None:
+        self._free = asyncio.Semaphore(threads) if threads > 0 else None
+
+    @contextlib.asynccontextmanager
+    async def sync(self) -> AsyncIterator[None]:
+        if self._free is None:
+            yield
+            return
+        async with self._free:  # its waiters go in turn, as a workqueue's keys do
+            yield
+
+
+class TokenBucket:
+    """client-go's `flowcontrol.NewTokenBucketRateLimiter` (golang.org/x/time/rate):
+    each request waits for a token; `qps` 0: no limit."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = burst
+        self.clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def reserve(self) -> float:
+        """Take a token: the seconds until it is there (`rate.Limiter.Reserve`)."""
+        if self.qps <= 0:
+            return 0.0
+        now = self.clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    async def wait(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+@dataclass
+class VirtController:
+    """virt-controller, as far as how fast it goes: its VM and VMI controllers' threads
+    and its client's bucket (module docstring)."""
+
+    vm_threads: int = VM_CONTROLLER_THREADS
+    vmi_threads: int = VMI_CONTROLLER_THREADS
+    qps: float = CONTROLLER_QPS
+    burst: int = CONTROLLER_BURST
+    vm: Workers = field(init=False)
+    vmi: Workers = field(init=False)
+    bucket: TokenBucket = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.vm = Workers(self.vm_threads)
+        self.vmi = Workers(self.vmi_threads)
+        self.bucket = TokenBucket(self.qps, self.burst)
+
+    async def request(
+        self,
+        client: KubeClient,
+        method: str,
+        path: str,
+        body: dict[str, Any],
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        await self.bucket.wait()
+        return await client.request(method, path, body, content_type=content_type)
 
 
 def _now() -> str:

@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,8 @@ class Scheduled:
     node: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     reports: set[asyncio.Task[None]] = field(default_factory=set)
+    # The virt-controller of the burst running now, whose VMI controller reports.
+    controller: kubevirt.VirtController = field(default_factory=kubevirt.VirtController)
 
     async def watch(self, client: KubeClient) -> None:
         rv = (await client.list(Pod, NAMESPACE)).resource_version
@@ -104,11 +106,14 @@ class Scheduled:
                         self.node[name] = pod.node_name
                         self.changed.set()
                         if pod.vmi_uid:
-                            report = asyncio.create_task(kubevirt.report_scheduled(client, pod))
+                            report = asyncio.create_task(self._report(client, pod))
                             self.reports.add(report)
                             report.add_done_callback(self.reports.discard)
             except ApiError:
                 rv = (await client.list(Pod, NAMESPACE)).resource_version
+
+    def _report(self, client: KubeClient, pod: Pod) -> Coroutine[Any, Any, None]:
+        return kubevirt.report_scheduled(client, pod, self.controller)
 
     async def until(self, names: set[str], timeout: float) -> set[str]:
         """Wait until all names are scheduled or timeout; the ones that were not."""
@@ -148,8 +153,13 @@ class Bench:
         vms: int,
         per_vm: int,
         gc_freeze_interval: str | None = None,
+        threads: tuple[int, int] = (
+            kubevirt.VM_CONTROLLER_THREADS,
+            kubevirt.VMI_CONTROLLER_THREADS,
+        ),
     ) -> None:
         self.cp = cp
+        self.threads = threads  # virt-controller's VM and VMI controller threads
         self.work = work
         self.nodes = nodes
         self.gpus = gpus
@@ -337,22 +347,27 @@ class Bench:
         admitted: dict[str, float] = {}
         pod_created: dict[str, float] = {}
         pod_of: dict[str, str] = {}
+        started: dict[str, float] = {}
         refused: list[str] = []
         pods_refused: list[str] = []
         # The VM controller's queue and the VMI controller's: each its own rate limiter.
         vm_queue, vmi_queue = kubevirt.Requeue(), kubevirt.Requeue()
+        controller = scheduled.controller = kubevirt.VirtController(*self.threads)
 
         async def one(name: str) -> None:
             vm = builders.vm_object(
                 name, NAMESPACE, [fleet.RESOURCE] * self.per_vm, run_strategy="Always"
             )
             raw = await client.request("POST", f"{KUBEVIRT}/virtualmachines", vm.to_dict())
+            t = time.perf_counter()
             vmi = builders.vmi_for(type(vm).from_dict(raw))
+            stored, sent = await kubevirt.create_vmi(client, vmi, refused, vm_queue, controller)
+            admitted[name] = time.perf_counter() - sent
+            started[name] = time.perf_counter() - t
             t = time.perf_counter()
-            stored = await kubevirt.create_vmi(client, vmi, refused, vm_queue)
-            admitted[name] = time.perf_counter() - t
-            t = time.perf_counter()
-            created = await kubevirt.create_launcher_pod(client, stored, pods_refused, vmi_queue)
+            created = await kubevirt.create_launcher_pod(
+                client, stored, pods_refused, vmi_queue, controller
+            )
             pod_created[name] = t
             pod_of[name] = created["metadata"]["name"]
 
@@ -369,6 +384,13 @@ class Bench:
         )
         return {
             "vmi_create_to_admitted": _ms(list(admitted.values())),
+            "vm_create_to_vmi_admitted": _ms(list(started.values())),
+            "virt_controller": {
+                "vm_threads": controller.vm_threads,
+                "vmi_threads": controller.vmi_threads,
+                "qps": controller.qps,
+                "burst": controller.burst,
+            },
             "vmi_refused_then_retried": len(refused),
             "refusals": sorted(set(refused))[:3],
             "pods_refused_then_retried": len(pods_refused),
@@ -398,8 +420,10 @@ def main(
     per_vm: int = 2,
     progress: Callable[[str], None] = _say,
     gc_freeze_interval: str | None = None,
+    threads: tuple[int, int] = (kubevirt.VM_CONTROLLER_THREADS, kubevirt.VMI_CONTROLLER_THREADS),
 ) -> dict[str, Any]:
-    """`gc_freeze_interval`: the binder's --gc-freeze-interval (None: its default)."""
+    """`gc_freeze_interval`: the binder's --gc-freeze-interval (None: its default);
+    `threads`: virt-controller's VM and VMI controller threads (0: one per VM)."""
     if vms * per_vm > nodes * gpus:
         raise ValueError(f"{vms} VMs of {per_vm} GPUs do not fit {nodes} × {gpus} GPUs")
     with tempfile.TemporaryDirectory(prefix="gpu-binder-bench-start-") as tmp:
@@ -408,7 +432,7 @@ def main(
             progress(f"control plane up in {cp.startup_seconds:.1f}s")
             cp.install_crds(fleet.CRDS)
             _install_rbac(cp)
-            bench = Bench(cp, Path(tmp), nodes, gpus, vms, per_vm, gc_freeze_interval)
+            bench = Bench(cp, Path(tmp), nodes, gpus, vms, per_vm, gc_freeze_interval, threads)
             return asyncio.run(bench.run(cp.node_assets.kwok))
 
 

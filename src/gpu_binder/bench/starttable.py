@@ -39,6 +39,12 @@ def table(figures: dict[str, Any]) -> str:
             "-",
         ),
         (
+            "VM create → VMI admitted, p50 / p99 ms",
+            cell(g, "vm_create_to_vmi_admitted"),
+            cell(k, "vm_create_to_vmi_admitted"),
+            "-",
+        ),
+        (
             "pod create → scheduled, p50 / p99 ms",
             cell(g, "pod_create_to_scheduled"),
             cell(k, "pod_create_to_scheduled"),
@@ -66,6 +72,13 @@ def table(figures: dict[str, Any]) -> str:
     columns = ("gpu-binder", "KubeVirt alone", "baseline")
     lines = [head, f"{'':{width}}" + "".join(f"  {c:>14}" for c in columns)]
     lines += [f"{r[0]:{width}}" + "".join(f"  {c:>14}" for c in r[1:]) for r in rows]
+    threads = g.get("virt_controller")
+    if threads:
+        lines.append(
+            f"virt-controller: {threads['vm_threads']} VM and {threads['vmi_threads']} VMI "
+            f"controller threads (0: one per VM), its client {threads['qps']:g} requests a "
+            f"second in bursts of {threads['burst']}"
+        )
     lines.append(f"throughput ratio gpu-binder / baseline: {figures['throughput_ratio']}")
     if k:
         lines.append(

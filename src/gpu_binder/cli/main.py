@@ -78,6 +78,20 @@ def _parser() -> argparse.ArgumentParser:
         help="the binder's --gc-freeze-interval, a duration (0s: never freeze; default: the "
         "binder's)",
     )
+    bs.add_argument(
+        "--vm-controller-threads",
+        type=int,
+        default=3,
+        help="virt-controller's VM controller threads, which create the VMIs (KubeVirt's "
+        "default 3; 0: one per VM)",
+    )
+    bs.add_argument(
+        "--vmi-controller-threads",
+        type=int,
+        default=10,
+        help="virt-controller's VMI controller threads, which create the launcher pods "
+        "(KubeVirt's default 10; 0: one per VM)",
+    )
     bs.add_argument("--json", action="store_true")
     bf = bench_sub.add_parser(
         "flood", help="other reviews' latency while one client floods the webhook server"
@@ -120,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.vms,
             args.gpus_per_vm,
             gc_freeze_interval=args.gc_freeze_interval,
+            threads=(args.vm_controller_threads, args.vmi_controller_threads),
         )
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         print(table(figures), file=sys.stderr)
