@@ -1,6 +1,6 @@
 """bench start's account of the binder's own histograms during the burst: the difference
 of two scrapes of its /metrics (bench.histograms), for the collector's pauses and the
-passes."""
+passes and the webhooks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from gpu_binder.bench.histograms import GC_PAUSES, both, parse, since
 from gpu_binder.binder import PASS_KEY, REQUESTS_KEY
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.kube.collector import Pauses
+from gpu_binder.kube.metrics import RunMetrics
 
 
 def test_only_the_pauses_between_the_two_scrapes_count() -> None:
@@ -56,4 +57,18 @@ def test_the_passes_are_counted_by_key() -> None:
             "over_1.0_s": 1,
             "over_5.0_s": 0,
         },
+    }
+
+
+def test_a_webhooks_answers_are_summed_over_allowed_and_denied() -> None:
+    registry = CollectorRegistry()
+    run = RunMetrics(registry)
+    before = generate_latest(registry).decode()
+    run.admissions.labels("vmi", "true").observe(0.02)
+    run.admissions.labels("vmi", "false").observe(0.3)
+    run.admissions.labels("pod", "true").observe(0.004)
+    webhooks = both(before, generate_latest(registry).decode())["webhooks"]
+    assert webhooks == {
+        "pod": {"n": 1, "seconds": 0.004, "over_0.05_s": 0, "over_0.25_s": 0, "over_1.0_s": 0},
+        "vmi": {"n": 2, "seconds": 0.32, "over_0.05_s": 1, "over_0.25_s": 1, "over_1.0_s": 0},
     }

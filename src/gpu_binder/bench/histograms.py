@@ -2,7 +2,9 @@
 often and how long its garbage collector stopped the event loop (the webhook's answers
 with it; `gpu_binder_gc_pause_duration_seconds`, kube.collector), and how long its passes
 took, by key (`gpu_binder_pass_duration_seconds`: requests passes bind what the webhook
-waits on, full passes keep the books)."""
+waits on, full passes keep the books), and how long its webhooks held each admission, by
+webhook (`gpu_binder_webhook_duration_seconds`: from the review read to its answer; the
+API server's own time and the wait for the event loop before it are not in it)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 GC_PAUSES = ("gpu_binder_gc_pause_duration_seconds", "generation", (0.1, 0.25, 0.5))
 PASSES = ("gpu_binder_pass_duration_seconds", "key", (0.25, 1.0, 5.0))
+WEBHOOKS = ("gpu_binder_webhook_duration_seconds", "webhook", (0.05, 0.25, 1.0))
 
 # By label value: count, sum and the count at or below each bucket bound (keyed by the
-# bound as str(float), whatever the exposition's spelling).
+# bound as str(float), whatever the exposition's spelling), summed over other labels.
 Histogram = dict[str, dict[str, float]]
 
 
@@ -33,11 +36,14 @@ def parse(text: str, family: str, label: str) -> Histogram:
         for s in f.samples:
             row = out[s.labels.get(label, "")]
             if s.name.endswith("_count"):
-                row["count"] = s.value
+                key = "count"
             elif s.name.endswith("_sum"):
-                row["sum"] = s.value
+                key = "sum"
             elif s.name.endswith("_bucket"):
-                row[str(float(s.labels["le"]))] = s.value
+                key = str(float(s.labels["le"]))
+            else:
+                continue
+            row[key] = row.get(key, 0.0) + s.value
     return dict(out)
 
 
@@ -61,8 +67,9 @@ def since(before: Histogram, after: Histogram, long: tuple[float, ...]) -> dict[
 
 
 def both(before: str, after: str) -> dict[str, object]:
-    """The collector's pauses and the passes between two scrapes."""
+    """The collector's pauses, the passes and the webhooks' answers between two scrapes."""
+    families = (("gc_pauses", GC_PAUSES), ("passes", PASSES), ("webhooks", WEBHOOKS))
     return {
         name: since(parse(before, family, label), parse(after, family, label), long)
-        for name, (family, label, long) in (("gc_pauses", GC_PAUSES), ("passes", PASSES))
+        for name, (family, label, long) in families
     }

@@ -28,6 +28,12 @@ def table(figures: dict[str, Any]) -> str:
         f = (d.get("passes") or {}).get(key)
         return f"{f['n']} / {f['seconds']:.1f} / {f['over_1.0_s']}" if f else "-"
 
+    def held(d: dict[str, Any], webhook: str) -> str:
+        f = (d.get("webhooks") or {}).get(webhook)
+        if not f or not f["n"]:
+            return "-"
+        return f"{f['n']} / {1e3 * f['seconds'] / f['n']:.0f} / {f['over_0.25_s']}"
+
     def total(d: dict[str, Any]) -> str:
         return str((d.get("api_requests_per_start") or {}).get("total", "-"))
 
@@ -63,6 +69,8 @@ def table(figures: dict[str, Any]) -> str:
         ("binder's full GC pauses: n / s / over 0.25 s", paused(g), "-", "-"),
         ("requests passes: n / s / over 1 s", passes(g, REQUESTS_KEY), "-", "-"),
         ("full passes: n / s / over 1 s", passes(g, PASS_KEY), "-", "-"),
+        ("VMI webhook held: n / mean ms / over 0.25 s", held(g, "vmi"), "-", "-"),
+        ("pod webhook held: n / mean ms / over 0.25 s", held(g, "pod"), "-", "-"),
     ]  # fmt: skip
     head = (
         f"{figures['vms']} starts of {figures['gpus_per_vm']} GPUs on {figures['nodes']} "
