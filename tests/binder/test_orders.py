@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpu_binder.api.types import BindReason, Phase
+from gpu_binder.binder.config import Config
 
 from .cluster import A100, A100_DEVICE_ID, A100_RESOURCE, H100, T0, Cluster, gpu_name
 
@@ -228,3 +229,18 @@ async def test_a_deleted_unplaceable_vm_leaves_nothing_in_the_binders_memory(
     assert "tenant/big" not in memory.waiting.unplaceable
     assert not [k for k in memory.said if "tenant/big" in k]
     assert "tenant/big" not in memory.verdicts("orders")
+
+
+async def test_a_pass_binds_at_most_orders_per_pass_the_oldest_and_runs_again_at_once() -> None:
+    cluster = Cluster(config=Config(orders_per_pass=2))
+    cluster.gpu_class()
+    cluster.node("node-a")
+    await cluster.settle()
+    for i, minutes in enumerate((3, 1, 2)):
+        cluster.vm(f"vm-{i}", 1, created=T0 - timedelta(minutes=minutes))
+    result = await cluster.run()
+    assert [bool(cluster.set_of(f"vm-{i}")) for i in range(3)] == [True, False, True]
+    assert result.requeue_after == timedelta(0)
+    result = await cluster.run()
+    assert all(cluster.set_of(f"vm-{i}") for i in range(3))
+    assert result.requeue_after == cluster.config.resync

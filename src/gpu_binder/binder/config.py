@@ -21,6 +21,10 @@ class Config:
     # later requests wait for the passes before theirs, past their webhook's timeout, when
     # a pass takes only a few dozen.
     requests_per_pass: int = 100
+    # Orders one pass binds (steps.orders), oldest first; 0: every one. A thousand VMs
+    # created at once were bound in one pass whose writes held the requests of their
+    # starting VMIs past the bind timeout; the rest are bound by the passes right after.
+    orders_per_pass: int = 100
     # Bounds how late a grace period is noticed when no event arrives.
     resync: timedelta = timedelta(seconds=30)
     conflict_retry: timedelta = timedelta(milliseconds=100)

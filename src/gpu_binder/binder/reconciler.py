@@ -159,6 +159,10 @@ class Reconciler:
                 result.requeue_after = min(
                     result.requeue_after, max(arrival - now, self.config.conflict_retry)
                 )
+            if self.config.enabled and self.memory.of(orders.OrdersMemory).more:
+                # Past orders_per_pass (steps.orders): the next ones now, the requests
+                # waiting first (the queue hands out the requests key first).
+                result.requeue_after = timedelta(0)
         return result
 
     def _requests_waiting(self) -> bool:

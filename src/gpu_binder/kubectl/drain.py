@@ -24,7 +24,7 @@ from rich.text import Text
 from gpu_binder.api.kinds import KubeVirt
 from gpu_binder.api.kubevirt import Node, VirtualMachineInstance
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.binder import PASS_KEY, Note, Reconciler
+from gpu_binder.binder import PASS_KEY, Config, Note, Reconciler
 from gpu_binder.cache.world import World
 from gpu_binder.client.errors import Forbidden
 from gpu_binder.client.interface import Client, WatchEvent
@@ -96,7 +96,8 @@ async def _binders_pass(
     objects += [*snap.vms.values(), *snap.vmis.values()]
     for obj in objects:
         world.apply(WatchEvent("ADDED", client.put(obj)))
-    binder = Reconciler(client, world, clock=lambda: now)
+    # One pass shows every move and bind the binder would make (no orders_per_pass).
+    binder = Reconciler(client, world, Config(orders_per_pass=0), clock=lambda: now)
     await binder.reconcile(PASS_KEY, full=True)
     notes: list[Note] = list(getattr(binder.recorder, "recorded", []))
     return client.objects(GPUDevice), notes

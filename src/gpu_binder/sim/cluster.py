@@ -203,6 +203,8 @@ class Cluster:
             self.dirty_pass = True  # requeued after 100 ms
         elif key == REQUESTS_KEY and result.requeue_after is not None:
             self.dirty_requests = True  # more requests than one pass answers
+        elif result.requeue_after == timedelta(0):
+            self.dirty_pass = True  # more orders than one pass binds
 
     async def settle(self, rounds: int = 60) -> None:
         """Run binder, agents, KubeVirt and kubelets until none has anything left to do."""

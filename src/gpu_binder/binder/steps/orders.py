@@ -1,4 +1,6 @@
-"""Orders: bind every VM that should hold GPUs, oldest first; release expired reservations."""
+"""Orders: bind every VM that should hold GPUs, oldest first, at most `Config.orders_per_pass`
+a pass (the next pass runs at once, after the requests waiting); release expired
+reservations."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ class OrdersMemory:
     unplaceable_checked: int = -1
     # Clean orders whose verdict a clock will change (a reservation running out).
     order_deadlines: Deadlines = field(default_factory=Deadlines)
+    # The last orders step stopped at Config.orders_per_pass binds: the pass runs again.
+    more: bool = False
 
 
 def order_keys(ctx: Context) -> list[str]:
@@ -164,12 +168,22 @@ def orders(ctx: Context) -> None:
         todo.append((created or ctx.now, key, order))
     todo.sort()
     largest: dict[str, int] = {}
-    for _, key, order in todo:
+    mine = ctx.memory.of(OrdersMemory)
+    most, bound, mine.more = ctx.config.orders_per_pass, 0, False
+    for i, (_, key, order) in enumerate(todo):
+        if most and bound >= most:
+            # The rest stay changed for the next pass, which runs at once, after the
+            # requests waiting; an aborted pass gives back the keys it took as well.
+            for _, left, _ in todo[i:]:
+                world.devices.touch_key(left)
+            mine.more = True
+            break
         if _hopeless(ctx, key, order, largest):
             continue
         outcome = complete(ctx, key, order, BindReason.ORDER, may_move=not world.live_vmis(key))
         largest.clear()  # a bind changes what is free
         if outcome.ok:
+            bound += 1
             waiting.unplaceable.pop(key, None)
             waiting.quota_blocked.discard(key)
             ctx.unsay(f"order/{key}")
