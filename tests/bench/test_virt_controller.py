@@ -113,27 +113,3 @@ def test_the_first_create_sent_is_when_a_thread_took_the_vmi() -> None:
 
     a, b = asyncio.run(both())
     assert b - a == pytest.approx(0.05, abs=0.04)  # vm-b waited for the thread, unsent
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_the_client_bucket_passes_a_burst_of_400_then_200_a_second() -> None:
-    clock = Clock()
-    bucket = kubevirt.TokenBucket(kubevirt.CONTROLLER_QPS, kubevirt.CONTROLLER_BURST, clock)
-    waits = [bucket.reserve() for _ in range(402)]
-    assert waits[:400] == [0.0] * 400
-    assert waits[400:] == pytest.approx([0.005, 0.010])
-    clock.now = 1.0  # a second refills 200 tokens, less the two lent
-    assert [bucket.reserve() for _ in range(198)] == [0.0] * 198
-    assert bucket.reserve() > 0
-
-
-def test_a_bucket_of_no_rate_never_waits() -> None:
-    bucket = kubevirt.TokenBucket(0, 1, Clock())
-    assert [bucket.reserve() for _ in range(10)] == [0.0] * 10

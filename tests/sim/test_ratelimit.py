@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from gpu_binder.sim.clock import EPOCH
-from gpu_binder.sim.ratelimit import ItemBackoff
+from gpu_binder.sim.ratelimit import ItemBackoff, TokenBucket
 
 T0 = EPOCH
 
@@ -57,3 +59,18 @@ def test_due_gives_the_keys_whose_time_came_once() -> None:
     first = backoff.due(T0 + timedelta(seconds=1))
     assert (first, backoff.due(T0 + timedelta(seconds=1))) == ({"a"}, set())
     assert backoff.due(T0 + timedelta(seconds=5)) == {"b"}
+
+
+def test_a_client_bucket_passes_a_burst_of_400_then_200_a_second() -> None:
+    bucket = TokenBucket(200, 400)  # virt-controller's client (bench.kubevirt)
+    waits = [bucket.reserve(0.0) for _ in range(402)]
+    assert waits[:400] == [0.0] * 400
+    assert waits[400:] == pytest.approx([0.005, 0.010])
+    # A second refills 200 tokens, less the two lent.
+    assert [bucket.reserve(1.0) for _ in range(198)] == [0.0] * 198
+    assert bucket.reserve(1.0) > 0
+
+
+def test_a_bucket_of_no_rate_never_waits() -> None:
+    bucket = TokenBucket(0, 1)
+    assert [bucket.reserve(0.0) for _ in range(10)] == [0.0] * 10

@@ -21,7 +21,8 @@ its launcher pod and reporting where it was scheduled, virt-handler reporting it
   wait on it at once (`Workers`). A key queued again for a retry waits its backoff on no
   thread. Every request of virt-controller takes a token of its client's bucket, 200 a
   second in bursts of 400 (`Execute`: `flowcontrol.NewTokenBucketRateLimiter` with
-  `pkg/virt-config/virt-config.go` `DefaultVirtControllerQPS`, `…Burst`; `TokenBucket`).
+  `pkg/virt-config/virt-config.go` `DefaultVirtControllerQPS`, `…Burst`;
+  `sim.ratelimit.TokenBucket`).
 - Not played: the FailedCreate Event the VM controller records on each refusal, and the
   VM status updates of its syncs.
 - Scheduled: `lifecycle.go` `updateStatus` sets the VMI `Scheduling` once its pod exists
@@ -51,7 +52,7 @@ from gpu_binder.api.pod import Pod
 from gpu_binder.client.errors import ApiError, NotFound
 from gpu_binder.kube import KubeClient
 from gpu_binder.sim.launcher import render_launcher_pod
-from gpu_binder.sim.ratelimit import ItemBackoff
+from gpu_binder.sim.ratelimit import ItemBackoff, TokenBucket
 
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 MERGE_PATCH = "application/merge-patch+json"
@@ -186,33 +187,6 @@ class Workers:
             yield
 
 
-class TokenBucket:
-    """client-go's `flowcontrol.NewTokenBucketRateLimiter` (golang.org/x/time/rate):
-    each request waits for a token; `qps` 0: no limit."""
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.qps = qps
-        self.burst = burst
-        self.clock = clock
-        self._tokens = float(burst)
-        self._at = clock()
-
-    def reserve(self) -> float:
-        """Take a token: the seconds until it is there (`rate.Limiter.Reserve`)."""
-        if self.qps <= 0:
-            return 0.0
-        now = self.clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
-        self._at = now
-        self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-    async def wait(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-
 @dataclass
 class VirtController:
     """virt-controller, as far as how fast it goes: its VM and VMI controllers' threads
@@ -239,7 +213,9 @@ class VirtController:
         body: dict[str, Any],
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        await self.bucket.wait()
+        delay = self.bucket.reserve(time.monotonic())
+        if delay > 0:
+            await asyncio.sleep(delay)
         return await client.request(method, path, body, content_type=content_type)
 
 

@@ -81,8 +81,8 @@ async def run(devices: int, repeat: int = 20, seed: int = 1, profile: int = 0) -
             f.client.put(fx.running_vmi(v, devs[0].spec.node_name, [d.metadata.name for d in devs]))
     await _settle(r)
     # The settled caches are frozen so that the figures time the passes, not the cyclic
-    # collector's full scans of every cached object. `gpu-binder run` does not freeze its
-    # caches (yet): what full collections cost a real pass is not measured here.
+    # collector's full scans of every cached object, as `gpu-binder run` freezes them once
+    # synced (kube.collector); its collection in full once an interval is not timed here.
     gc.freeze()
 
     writes_before = f.client.writes

@@ -9,6 +9,10 @@ forgets the failures; over all items, retries share a token bucket of 10 per sec
 bursts of 100 (`BucketRateLimiter`, golang.org/x/time/rate `Reserve`: a retry beyond the
 tokens waits its turn). An event about the object queues it at once whatever the
 backoff, as an informer's handler does; only the retries wait.
+
+The bucket is client-go's too where a client limits its requests
+(`flowcontrol.NewTokenBucketRateLimiter`, the same golang.org/x/time/rate limiter):
+`TokenBucket` serves both, in whatever seconds its caller counts.
 """
 
 from __future__ import annotations
@@ -21,6 +25,27 @@ BASE_SECONDS = 0.005
 MAX_SECONDS = 1000.0
 BUCKET_RATE = 10.0
 BUCKET_BURST = 100
+
+
+class TokenBucket:
+    """golang.org/x/time/rate's limiter as `Reserve` uses it: `burst` tokens, refilled at
+    `rate` a second; a taker beyond them waits its turn. `rate` 0: no limit."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._filled: float | None = None
+
+    def reserve(self, now: float) -> float:
+        """Take a token at `now` (seconds): the seconds until it is there."""
+        if self.rate <= 0:
+            return 0.0
+        if self._filled is not None:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._filled) * self.rate)
+        self._filled = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
 
 class ItemBackoff:
@@ -39,8 +64,9 @@ class ItemBackoff:
         self._at: dict[str, datetime] = {}
         # The wake times in order; an entry whose time is no longer the key's is stale.
         self._heap: list[tuple[datetime, str]] = []
-        self._tokens = float(burst)
-        self._filled: datetime | None = None
+        self._bucket = TokenBucket(rate, burst)
+        # The bucket counts seconds from the first retry: small, so exact to the microsecond.
+        self._origin: datetime | None = None
 
     def failures(self, key: str) -> int:
         return self._failures[key]
@@ -52,13 +78,9 @@ class ItemBackoff:
         return self.wake(key, now + timedelta(seconds=max(delay, self._reserve(now))))
 
     def _reserve(self, now: datetime) -> float:
-        """Take a token; the seconds until it is there (rate.Limiter.Reserve)."""
-        if self._filled is not None:
-            elapsed = (now - self._filled).total_seconds()
-            self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
-        self._filled = now
-        self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+        if self._origin is None:
+            self._origin = now
+        return self._bucket.reserve((now - self._origin).total_seconds())
 
     def wake(self, key: str, at: datetime) -> datetime:
         """AddAfter: queue the key at `at` (the earlier of two wakes wins)."""
