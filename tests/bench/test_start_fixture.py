@@ -29,7 +29,7 @@ class Recorder:
 def test_the_ledgers_namespace_is_made_before_the_binder_runs() -> None:
     """Without it every usage record's create is a 404, and the binder's full passes abort."""
     cp = Recorder()
-    start._install_rbac(cast(ControlPlane, cp))
+    start.install_rbac(cast(ControlPlane, cp))
     assert ("Namespace", Config().ledger_namespace) in cp.posted
     assert cp.posted.index(("Namespace", Config().ledger_namespace)) < cp.posted.index(
         ("Namespace", "gpu-binder")

@@ -62,7 +62,7 @@ PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 PENDING_TIMEOUT = 300.0
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
@@ -166,14 +166,14 @@ class Bench:
         self.vms = vms
         self.per_vm = per_vm
         self.gc_freeze_interval = gc_freeze_interval
-        self._metrics_url = ""
+        self.metrics_url = ""
 
     async def run(self, kwok: Path) -> dict[str, Any]:
         client = KubeClient(await load(str(self.cp.kubeconfig)), pool=256, timeout=60)
         kwok_proc = start_kwok(kwok, self.work, self.cp.kubeconfig)
         binder: Process | None = None
         try:
-            await self._seed(client)
+            await self.seed(client)
             await apicalls.quiet(self.cp)
             scheduled = Scheduled()
             watch = asyncio.create_task(scheduled.watch(client))
@@ -183,25 +183,25 @@ class Bench:
                 alone["api_requests_per_start"] = apicalls.per_start(
                     t, await apicalls.served(self.cp), self.vms
                 )
-                _say(f"KubeVirt alone: {alone}")
+                say(f"KubeVirt alone: {alone}")
                 await self._delete_vms(client)
-                binder = self._start_binder(client)
-                await self._settled(client, binder)
+                binder = self.start_binder(client)
+                await self.settled(client, binder)
                 t0 = await apicalls.served(self.cp)
                 baseline = await self._baseline(client, scheduled)
                 t1 = await apicalls.served(self.cp)
                 baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
-                _say(f"baseline: {baseline}")
-                metrics = await histograms.scrape(self._metrics_url)
+                say(f"baseline: {baseline}")
+                metrics = await histograms.scrape(self.metrics_url)
                 ours = await self._vms(client, scheduled, "vm")
                 ours["api_requests_per_start"] = apicalls.per_start(
                     t1, await apicalls.served(self.cp), self.vms
                 )
-                ours |= histograms.both(metrics, await histograms.scrape(self._metrics_url))
+                ours |= histograms.both(metrics, await histograms.scrape(self.metrics_url))
                 ours["ledger"] = await ledger.unrecorded(
                     client, NAMESPACE, Config().ledger_namespace
                 )
-                _say(f"gpu-binder: {ours}")
+                say(f"gpu-binder: {ours}")
             finally:
                 watch.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -228,7 +228,7 @@ class Bench:
             "gpu_binder_to_kubevirt_alone": ratio(ours, alone),
         }
 
-    async def _seed(self, client: KubeClient) -> None:
+    async def seed(self, client: KubeClient) -> None:
         t = time.perf_counter()
         await client.create(fleet.gpu_class(cleaning="None"))
         names = [f"kwok-{i:04d}" for i in range(self.nodes)]
@@ -236,9 +236,9 @@ class Bench:
             client, names, self.gpus, fleet.DEVICE_ID, class_resource=fleet.RESOURCE
         )
         await client.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        _say(f"seeded {self.nodes} KWOK nodes, {devices} GPUs in {time.perf_counter() - t:.1f}s")
+        say(f"seeded {self.nodes} KWOK nodes, {devices} GPUs in {time.perf_counter() - t:.1f}s")
 
-    def _start_binder(self, client: KubeClient) -> Process:
+    def start_binder(self, client: KubeClient) -> Process:
         port, metrics = free_port(), free_port()
         cert, key = self.cp.certs.ca.issue_serving("gpu-binder").write(self.work, "webhook")
         proc = Process("gpu-binder", self.work / "logs" / "gpu-binder.log")
@@ -269,10 +269,10 @@ class Bench:
             ]
         )
         self._webhook_url = f"https://127.0.0.1:{port}"
-        self._metrics_url = f"http://127.0.0.1:{metrics}/metrics"
+        self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         return proc
 
-    async def _settled(self, client: KubeClient, binder: Process) -> None:
+    async def settled(self, client: KubeClient, binder: Process) -> None:
         """Until the binder has classified every GPU (status.className), then the webhook."""
         t = time.perf_counter()
         total = self.nodes * self.gpus
@@ -286,7 +286,7 @@ class Bench:
         config = fleet.webhook_configuration(self._webhook_url, self.cp.ca_pem)
         await fleet.put_webhook_configuration(client, config)
         await asyncio.sleep(2.0)  # the apiserver's webhook configuration informer
-        _say(f"binder settled on {total} GPUs in {time.perf_counter() - t:.1f}s")
+        say(f"binder settled on {total} GPUs in {time.perf_counter() - t:.1f}s")
 
     async def _baseline(self, client: KubeClient, scheduled: Scheduled) -> dict[str, Any]:
         """Plain pods asking the class's resource by count: the scheduler alone."""
@@ -339,7 +339,7 @@ class Bench:
         for path in (f"{KUBEVIRT}/virtualmachineinstances", PODS):
             while (await client.request("GET", path)).get("items"):
                 await asyncio.sleep(0.5)
-        _say(f"KubeVirt alone's objects deleted in {time.perf_counter() - t:.1f}s")
+        say(f"KubeVirt alone's objects deleted in {time.perf_counter() - t:.1f}s")
 
     async def _vms(self, client: KubeClient, scheduled: Scheduled, prefix: str) -> dict[str, Any]:
         """A burst of VM starts, KubeVirt's flow (bench.kubevirt); gpu-binder's if it runs."""
@@ -418,7 +418,7 @@ def main(
     gpus: int = 8,
     vms: int = 1000,
     per_vm: int = 2,
-    progress: Callable[[str], None] = _say,
+    progress: Callable[[str], None] = say,
     gc_freeze_interval: str | None = None,
     threads: tuple[int, int] = (kubevirt.VM_CONTROLLER_THREADS, kubevirt.VMI_CONTROLLER_THREADS),
 ) -> dict[str, Any]:
@@ -431,12 +431,12 @@ def main(
         with cp:
             progress(f"control plane up in {cp.startup_seconds:.1f}s")
             cp.install_crds(fleet.CRDS)
-            _install_rbac(cp)
+            install_rbac(cp)
             bench = Bench(cp, Path(tmp), nodes, gpus, vms, per_vm, gc_freeze_interval, threads)
             return asyncio.run(bench.run(cp.node_assets.kwok))
 
 
-def _install_rbac(cp: ControlPlane) -> None:
+def install_rbac(cp: ControlPlane) -> None:
     """deploy/ledger/ledger.yaml, then deploy/binder/rbac.yaml, as a cluster applies them:
     the binder runs as its ServiceAccount, and its usage records have their namespace.
     Without the ledger's, every record's create was a 404, which aborted each full pass

@@ -93,6 +93,21 @@ def _parser() -> argparse.ArgumentParser:
         "(KubeVirt's default 10; 0: one per VM)",
     )
     bs.add_argument("--json", action="store_true")
+    bh = bench_sub.add_parser(
+        "heap",
+        help="a real binder settled on KWOK nodes' GPUs, then idle: its memory and its "
+        "garbage collector's pauses",
+    )
+    bh.add_argument("--nodes", type=int, default=6_250)
+    bh.add_argument("--gpus-per-node", type=int, default=8)
+    bh.add_argument("--idle", type=float, default=240.0, help="seconds idle after settling")
+    bh.add_argument(
+        "--gc-freeze-interval",
+        default="60s",
+        help="the binder's --gc-freeze-interval (default 60s, so that an idle of minutes "
+        "sees its full collections; the binder's own default is 10m)",
+    )
+    bh.add_argument("--json", action="store_true")
     bf = bench_sub.add_parser(
         "flood", help="other reviews' latency while one client floods the webhook server"
     )
@@ -138,6 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         print(table(figures), file=sys.stderr)
+        return 0
+    if args.command == "bench" and args.bench == "heap":
+        from gpu_binder.bench.heap import main as bench_heap
+
+        figures = bench_heap(args.nodes, args.gpus_per_node, args.idle, args.gc_freeze_interval)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     if args.command == "bench" and args.bench == "flood":
         from gpu_binder.bench.flood import main as bench_flood
