@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpu_binder.bench import heap
+from gpu_binder.bench import heap, histograms
 
 METRICS = """# HELP gpu_binder_gc_frozen_objects Objects the collector does not scan
 # TYPE gpu_binder_gc_frozen_objects gauge
@@ -14,11 +14,11 @@ gpu_binder_gc_frozen_objects_other 1.0
 
 
 def test_a_gauge_is_read_by_its_exact_name() -> None:
-    assert heap.gauge(METRICS, heap.FROZEN) == 963681.0
+    assert histograms.gauge(METRICS, heap.FROZEN) == 963681.0
 
 
 def test_a_gauge_not_exposed_reads_as_none() -> None:
-    assert heap.gauge(METRICS, "gpu_binder_absent") is None
+    assert histograms.gauge(METRICS, "gpu_binder_absent") is None
 
 
 def test_a_process_memory_is_its_resident_set_now_and_at_its_peak() -> None:

@@ -39,21 +39,6 @@ def memory_kib(pid: int) -> dict[str, int]:
     return out
 
 
-def gauge(text: str, name: str) -> float | None:
-    """A gauge's value in a /metrics text (its first sample)."""
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-
-def pauses(before: str, after: str) -> object:
-    family, label, long = histograms.GC_PAUSES
-    return histograms.since(
-        histograms.parse(before, family, label), histograms.parse(after, family, label), long
-    )
-
-
 async def _measure(bench: Bench, kwok: Path, idle: float) -> dict[str, Any]:
     client = KubeClient(await load(str(bench.cp.kubeconfig)), pool=256, timeout=120)
     kwok_proc = start_kwok(kwok, bench.work, bench.cp.kubeconfig)
@@ -89,9 +74,9 @@ async def _measure(bench: Bench, kwok: Path, idle: float) -> dict[str, Any]:
         "rss_mib_settled": round(memory_settled["VmRSS"] / 1024),
         "rss_mib_end": round(memory_end["VmRSS"] / 1024),
         "rss_mib_peak": round(memory_end["VmHWM"] / 1024),
-        "frozen_objects": gauge(at_end, FROZEN),
-        "gc_pauses_settling": pauses("", at_settle),
-        "gc_pauses_idle": pauses(at_settle, at_end),
+        "frozen_objects": histograms.gauge(at_end, FROZEN),
+        "gc_pauses_settling": histograms.both("", at_settle)["gc_pauses"],
+        "gc_pauses_idle": histograms.both(at_settle, at_end)["gc_pauses"],
     }
 
 

@@ -47,6 +47,14 @@ def parse(text: str, family: str, label: str) -> Histogram:
     return dict(out)
 
 
+def gauge(text: str, family: str) -> float | None:
+    """A gauge's value in a /metrics text (its first sample; None when not exposed)."""
+    for f in text_string_to_metric_families(text):
+        if f.name == family and f.samples:
+            return float(f.samples[0].value)
+    return None
+
+
 def since(before: Histogram, after: Histogram, long: tuple[float, ...]) -> dict[str, object]:
     """Between two scrapes, per label value: observations, their seconds in all, and how
     many were longer than each bound of `long`."""
