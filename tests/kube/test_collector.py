@@ -1,6 +1,7 @@
 """The garbage collector in a long-running binder (kube.collector): every collection's
-pause is a metric, and the heap is frozen out of the full scans once the caches synced,
-then again after a full collection every interval, so no cyclic garbage is kept longer."""
+pause is a metric, what survives the young generations is frozen out of the full scans, and
+everything is collected once the caches synced and every interval after, so no cyclic
+garbage is kept longer."""
 
 from __future__ import annotations
 
@@ -87,25 +88,50 @@ def test_cyclic_garbage_frozen_is_freed_by_the_next_refreeze() -> None:
     assert ref() is None
 
 
-async def test_the_heap_is_frozen_only_once_the_caches_synced() -> None:
-    synced = False
-    registry = CollectorRegistry()
-    collector = Collector(registry, interval=3600.0, synced=lambda: synced)
+async def test_while_the_caches_fill_a_full_collection_freezes_what_it_found() -> None:
+    collector = Collector(CollectorRegistry(), interval=3600.0, synced=lambda: False)
     gc.unfreeze()
     collector.start()
     try:
-        await asyncio.sleep(0.05)
-        assert gc.get_freeze_count() == 0
-        synced = True
-        for _ in range(30):
-            await asyncio.sleep(0.1)
-            if gc.get_freeze_count():
-                break
-        assert gc.get_freeze_count() > 0
-        assert samples(registry)[("gpu_binder_gc_frozen_objects", "")] > 0
+        kept = Node()
+        gc.collect()
+        assert not any(o is kept for o in gc.get_objects()), "the next full scan walks it"
     finally:
         await collector.stop()
     assert gc.get_freeze_count() == 0, "stopped, it leaves nothing frozen"
+
+
+async def test_what_survives_the_young_generations_is_frozen_out_of_full_scans() -> None:
+    collector = Collector(CollectorRegistry(), interval=3600.0, synced=lambda: False)
+    gc.unfreeze()
+    collector.start()
+    try:
+        kept = Node()
+        gc.collect(1)
+        assert not any(o is kept for o in gc.get_objects()), "a full scan walks it"
+    finally:
+        await collector.stop()
+
+
+async def test_the_first_collection_of_everything_comes_once_the_caches_synced() -> None:
+    synced = False
+    registry = CollectorRegistry()
+    collector = Collector(registry, interval=3600.0, synced=lambda: synced)
+    collector.start()
+    try:
+        ref = cycle()
+        gc.freeze()  # as a full collection while the caches fill leaves it
+        await asyncio.sleep(0.05)
+        assert ref() is not None, "frozen, a cycle waits for the collection of everything"
+        synced = True
+        for _ in range(30):
+            await asyncio.sleep(0.1)
+            if ref() is None:
+                break
+        assert ref() is None
+        assert samples(registry)[("gpu_binder_gc_frozen_objects", "")] > 0
+    finally:
+        await collector.stop()
 
 
 async def test_without_an_interval_nothing_is_frozen_but_pauses_are_measured() -> None:

@@ -9,12 +9,17 @@ start --nodes 500 --vms 1000` measured ten full collections of 240–740 ms in i
 burst, most of them freeing nothing: cached objects live until a watch replaces them and
 are then freed by reference counting, so the collector has nothing to find among them.
 
-So what a full collection found alive is frozen (`gc.freeze`: out of every later scan)
-as soon as it ends, and the next one scans only what came since; the heap is frozen too
-once the caches have synced. Every `interval` everything is unfrozen and collected in full
-once, which frees whatever cyclic garbage frozen objects became meanwhile: nothing frozen
-is kept longer than an interval. That collection is the one long pause left, once an
-interval (2.5 s at 50,000 GPUs on a loaded two-core machine, 0.2 s at 4,000).
+So what survives the young generations is frozen (`gc.freeze`: out of every later scan)
+as soon as the collection that promoted it ends, from the start: a full collection then
+finds nothing to scan. Freezing only what full collections found alive was not enough: a
+relist at 50,000 GPUs still set off 26 of them, 17 s of stops, and the first pass's
+write wave (each answer replacing a cached object) 44, 10 s; freezing every promotion,
+none (`gpu-binder bench heap`, docs/CONTROLPLANE.md). Once the caches have synced, and
+every `interval` after, everything is unfrozen and collected in full once, which frees
+whatever cyclic garbage frozen objects became meanwhile: nothing frozen is kept longer
+than an interval (or than the relist, before the first), and cycles that die young are
+still freed by the young collections. That collection is the one long pause left, once
+an interval (1.3–1.5 s at 50,000 GPUs on a two-core machine, 0.2 s at 4,000).
 """
 
 from __future__ import annotations
@@ -95,9 +100,9 @@ class Pauses:
 
 
 class Collector:
-    """Freezes the heap once the caches are synced and after every full collection, and
-    collects it all every `interval`; `interval` None leaves the collector as Python
-    sets it."""
+    """Freezes what survives the young generations, and collects it all once the caches
+    are synced and every `interval` after; `interval` None leaves the collector as
+    Python sets it."""
 
     def __init__(
         self,
@@ -114,18 +119,19 @@ class Collector:
     def start(self) -> None:
         self.pauses.install()
         if self.interval is not None:
+            gc.callbacks.append(self._freeze_survivors)
             self._task = asyncio.create_task(self._run(self.interval), name="gc-freeze")
 
-    def _freeze_after_full(self, phase: str, info: dict[str, Any]) -> None:
-        # At the end of a full collection the younger generations are empty: what is
-        # frozen is exactly what it found alive.
-        if phase == "stop" and info.get("generation") == GENERATIONS - 1:
+    def _freeze_survivors(self, phase: str, info: dict[str, Any]) -> None:
+        # At the end of a collection of the middle generation, or of a full one, the
+        # younger generations are empty: what is frozen is exactly what it promoted.
+        if phase == "stop" and info.get("generation", 0) >= 1:
             gc.freeze()
 
     async def stop(self) -> None:
         self.pauses.remove()
-        if self._freeze_after_full in gc.callbacks:
-            gc.callbacks.remove(self._freeze_after_full)
+        if self._freeze_survivors in gc.callbacks:
+            gc.callbacks.remove(self._freeze_survivors)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -135,7 +141,6 @@ class Collector:
     async def _run(self, interval: float) -> None:
         while not self._synced():
             await asyncio.sleep(1.0)
-        gc.callbacks.append(self._freeze_after_full)
         while True:
             refreeze()
             await asyncio.sleep(interval)
