@@ -32,6 +32,9 @@ its launcher pod and reporting where it was scheduled, virt-handler reporting it
 - Running: virt-handler on that node (`pkg/virt-handler/vm.go`
   `calculateVmPhaseForStatusReason`) once the domain runs; a client of its own on each
   node, so neither workers nor virt-controller's bucket bound it.
+- Shut down: a VMI deleted while it runs has its domain shut down by virt-handler, which
+  then reports it Succeeded (Failed if it never ran; `vm.go`, as `sim.handler` plays it),
+  and only then do the VMI's finalizers go — gpu-binder's once its records are closed.
 
 VMIs have no status subresource (virt-operator's `NewVirtualMachineInstanceCrd`), so each
 report is a merge patch of the VMI; with no KubeVirt webhook here, nothing reverts it.
@@ -221,3 +224,27 @@ class VirtController:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+ENDED = ("Succeeded", "Failed")
+
+
+async def shut_down(client: KubeClient, namespace: str) -> int:
+    """virt-handler's part in a deletion: every VMI of the namespace being deleted that has
+    not ended is reported Succeeded if it ran, else Failed (module docstring); how many."""
+    ended = 0
+    for vmi in (await client.request("GET", vmis_path(namespace))).get("items") or []:
+        meta, status = vmi["metadata"], vmi.get("status") or {}
+        if not meta.get("deletionTimestamp") or status.get("phase") in ENDED:
+            continue
+        phase = "Succeeded" if status.get("phase") == "Running" else "Failed"
+        stamps = [
+            *(status.get("phaseTransitionTimestamps") or []),
+            {"phase": phase, "phaseTransitionTimestamp": _now()},
+        ]
+        patch = {"status": {"phase": phase, "phaseTransitionTimestamps": stamps}}
+        with contextlib.suppress(NotFound):
+            path = f"{vmis_path(namespace)}/{meta['name']}"
+            await client.request("PATCH", path, patch, content_type=MERGE_PATCH)
+            ended += 1
+    return ended

@@ -60,6 +60,8 @@ KUBEVIRT = f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 # How long the burst's last pods may stay pending before they are counted as not scheduled.
 PENDING_TIMEOUT = 300.0
+# How long a deletion's VMIs and pods may take to go (the binder closes records first).
+DELETE_TIMEOUT = 120.0
 
 
 def say(line: str) -> None:
@@ -179,12 +181,12 @@ class Bench:
             watch = asyncio.create_task(scheduled.watch(client))
             try:
                 t = await apicalls.served(self.cp)
-                alone = await self._vms(client, scheduled, "kv")
+                alone = await self.burst(client, scheduled, "kv")
                 alone["api_requests_per_start"] = apicalls.per_start(
                     t, await apicalls.served(self.cp), self.vms
                 )
                 say(f"KubeVirt alone: {alone}")
-                await self._delete_vms(client)
+                await self.delete_vms(client)
                 binder = self.start_binder(client)
                 await self.settled(client, binder)
                 t0 = await apicalls.served(self.cp)
@@ -193,7 +195,7 @@ class Bench:
                 baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
                 say(f"baseline: {baseline}")
                 metrics = await histograms.scrape(self.metrics_url)
-                ours = await self._vms(client, scheduled, "vm")
+                ours = await self.burst(client, scheduled, "vm")
                 ours["api_requests_per_start"] = apicalls.per_start(
                     t1, await apicalls.served(self.cp), self.vms
                 )
@@ -327,21 +329,29 @@ class Bench:
             "why_not": await _why_pending(client, pending),
         }
 
-    async def _delete_vms(self, client: KubeClient) -> None:
-        """KubeVirt alone's VMs, VMIs and pods gone (pods at once: KWOK runs nothing), so
-        gpu-binder starts on an empty namespace and the count resource is free again."""
+    async def delete_vms(self, client: KubeClient) -> None:
+        """The namespace's VMs, VMIs and pods gone (pods at once: KWOK runs nothing): after
+        KubeVirt alone, so that gpu-binder starts on an empty namespace and the count
+        resource is free again; after each round of bench soak."""
         t = time.perf_counter()
         now = {"gracePeriodSeconds": 0}
         for path in (f"{KUBEVIRT}/virtualmachines", f"{KUBEVIRT}/virtualmachineinstances", PODS):
             await client.request(
                 "DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", **now}
             )
+        await kubevirt.shut_down(client, NAMESPACE)
         for path in (f"{KUBEVIRT}/virtualmachineinstances", PODS):
-            while (await client.request("GET", path)).get("items"):
+            while left := (await client.request("GET", path)).get("items"):
+                if time.perf_counter() - t > DELETE_TIMEOUT:
+                    held = sorted({f for o in left for f in o["metadata"].get("finalizers", [])})
+                    raise RuntimeError(
+                        f"{len(left)} objects of {path} not gone after {DELETE_TIMEOUT:.0f}s "
+                        f"(finalizers {held})"
+                    )
                 await asyncio.sleep(0.5)
-        say(f"KubeVirt alone's objects deleted in {time.perf_counter() - t:.1f}s")
+        say(f"VMs, VMIs and pods deleted in {time.perf_counter() - t:.1f}s")
 
-    async def _vms(self, client: KubeClient, scheduled: Scheduled, prefix: str) -> dict[str, Any]:
+    async def burst(self, client: KubeClient, scheduled: Scheduled, prefix: str) -> dict[str, Any]:
         """A burst of VM starts, KubeVirt's flow (bench.kubevirt); gpu-binder's if it runs."""
         names = [f"{prefix}-{i:04d}" for i in range(self.vms)]
         admitted: dict[str, float] = {}

@@ -80,16 +80,15 @@ ACTIONS = {
 
 
 class ClientRecorder:
-    """Writes each note as an Event through the client; cluster-scoped ones go to `default`."""
+    """Writes each note as an Event through the client; cluster-scoped ones go to `default`.
+    It keeps none: a binder's notes are as many as its decisions over its lifetime."""
 
     def __init__(self, client: Client, instance: str = "gpu-binder") -> None:
         self.client = client
         self.instance = instance
         self._seq = itertools.count(1)
-        self.recorded: list[Note] = []
 
     async def record(self, note: Note, now: datetime) -> None:
-        self.recorded.append(note)
         namespace = note.namespace or "default"
         name = f"{note.name}.{int(now.timestamp() * 1e6):x}{next(self._seq):x}"
         event = Event(

@@ -182,6 +182,9 @@ class World(Orders):
             self._index_revision(key, "" if deleted else revision_key(obj))
             self.devices.touch_key(key)
             self._order_changed(key)
+            if deleted:
+                self._orders.pop(key, None)
+                self._forget_key(key)
         elif isinstance(obj, ControllerRevision):
             deleted = deleted or not obj.is_instancetype
             _put(self.revisions, obj.key, obj, deleted)
@@ -319,6 +322,17 @@ class World(Orders):
             if node is None or not node.ready:
                 self.down_nodes.add(d.spec.node_name)  # its devices may have to be Lost
         self.devices.put(d)
+        was = old.status.binding if old is not None else None
+        if was is not None and (d.status.binding is None or d.status.binding.vm.key != was.vm.key):
+            self._forget_key(was.vm.key)
+
+    def _forget_key(self, key: str) -> None:
+        """A VM key with no VM, VMI or device bound to it any more: its generation goes (a
+        VM of that name again is touched anew, with a generation never used), so that a
+        binder running for months keeps nothing per VM it ever saw."""
+        gone = key not in self.vms and not self.vmis_by_order.get(key)
+        if gone and not self.devices.by_vm.get(key):
+            self.devices.key_gen.pop(key, None)
 
     def _index_revision(self, vm_key: str, rev_key: str) -> None:
         old = self._revision_of.pop(vm_key, "")
@@ -372,6 +386,8 @@ class World(Orders):
         self.devices.touch_key(vm_key_of_vmi(vmi))
         if vmi.vm_name is None or (old is not None and old.vm_name is None):
             self._order_changed(vm_key_of_vmi(vmi))
+        if deleted:
+            self._forget_key(vm_key_of_vmi(vmi))
 
     def _observe_start(
         self, old: VirtualMachineInstance, new: VirtualMachineInstance, deleted: bool

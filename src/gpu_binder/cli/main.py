@@ -108,6 +108,23 @@ def _parser() -> argparse.ArgumentParser:
         "sees its full collections; the binder's own default is 10m)",
     )
     bh.add_argument("--json", action="store_true")
+    bk = bench_sub.add_parser(
+        "soak",
+        help="a real binder through rounds of VM bursts and deletions: whether its memory, "
+        "its metrics and its ledger stay flat over many VM lifecycles",
+    )
+    bk.add_argument("--nodes", type=int, default=50)
+    bk.add_argument("--gpus-per-node", type=int, default=8)
+    bk.add_argument("--vms", type=int, default=200, help="VM starts a round")
+    bk.add_argument("--gpus-per-vm", type=int, default=2)
+    bk.add_argument("--rounds", type=int, default=30)
+    bk.add_argument(
+        "--gc-freeze-interval",
+        default="60s",
+        help="the binder's --gc-freeze-interval (default 60s, so that cyclic garbage frozen "
+        "for an interval is not read as growth; the binder's own default is 10m)",
+    )
+    bk.add_argument("--json", action="store_true")
     bf = bench_sub.add_parser(
         "flood", help="other reviews' latency while one client floods the webhook server"
     )
@@ -158,6 +175,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_binder.bench.heap import main as bench_heap
 
         figures = bench_heap(args.nodes, args.gpus_per_node, args.idle, args.gc_freeze_interval)
+        print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+        return 0
+    if args.command == "bench" and args.bench == "soak":
+        from gpu_binder.bench.soak import main as bench_soak
+
+        figures = bench_soak(
+            args.nodes,
+            args.gpus_per_node,
+            args.vms,
+            args.gpus_per_vm,
+            args.rounds,
+            args.gc_freeze_interval,
+        )
         print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
         return 0
     if args.command == "bench" and args.bench == "flood":

@@ -46,6 +46,19 @@ KUBEVIRT_FIRST_ODDS = 0.5
 KUBEVIRT_STEP_SECONDS = 3.0
 
 
+class KeepingRecorder(ClientRecorder):
+    """The binder's Event writer, keeping every note besides: the run's figures are counted
+    from them (`notes`)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.kept: list[Note] = []
+
+    async def record(self, note: Note, now: datetime) -> None:
+        self.kept.append(note)
+        await super().record(note, now)
+
+
 @dataclass(frozen=True)
 class ClassDef:
     name: str
@@ -143,7 +156,7 @@ class Cluster:
                 kubevirt_object(self.config.kubevirt_name, self.config.kubevirt_namespace)
             )
         )
-        self.recorder = ClientRecorder(self.client)
+        self.recorder = KeepingRecorder(self.client)
         self.reconciler = self.host.reconciler(self.recorder)
         self.admitter = Admitter(self.world, self.client, self.config, self.clock.now)
         self.pod_pinner = pod_pinner(self.world, self.config, self.clock.now)
@@ -259,7 +272,7 @@ class Cluster:
         return self.checker.check(records=self.binder_up)
 
     def notes(self) -> list[Note]:
-        return list(self.recorder.recorded)
+        return list(self.recorder.kept)
 
     # --- the webhook ----------------------------------------------------------------------
 

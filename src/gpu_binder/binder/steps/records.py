@@ -20,6 +20,9 @@ def usage_records(ctx: Context) -> None:
     # What was judged already, by object identity: an unchanged pair needs no new look.
     opened = ctx.memory.verdicts("records-open")
     judged = ctx.memory.verdicts("records-close")
+    # Records leave the cache as they close: their verdicts (which hold the record objects)
+    # go with them once they could outnumber the open ones.
+    judged.drop_gone(ctx.world.open_records)
     found_closed = ledger.remember_closed(ctx.memory.closed_records)
     for name in scope.devices_of_interest(world, world.devices.attached):
         d = world.devices.by_name[name]

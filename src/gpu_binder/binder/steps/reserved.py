@@ -54,6 +54,9 @@ def _close_ended(ctx: Context) -> None:
     book = ctx.config.ledger_namespace
     scope = ctx.scope.events_only()
     judged = ctx.memory.verdicts("reserved-close")
+    # Records leave the cache as they close: their verdicts (which hold the record objects)
+    # go with them once they could outnumber the open ones.
+    judged.drop_gone(ctx.world.open_records)
     if scope.full:
         names = sorted(world.open_reserved)
     else:
