@@ -9,9 +9,11 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from binder.cluster import NAMESPACE, Cluster
+from binder.test_placement_indexes import device
 from gpu_binder.binder import ClientRecorder, Note
 from gpu_binder.binder.verdicts import Verdicts
-from gpu_binder.client.interface import Client
+from gpu_binder.cache import World
+from gpu_binder.client.interface import Client, WatchEvent
 
 
 async def lived_and_gone(cluster: Cluster) -> str:
@@ -32,6 +34,14 @@ async def lived_and_gone(cluster: Cluster) -> str:
 async def test_a_vm_gone_with_its_set_leaves_no_set_generation(cluster: Cluster) -> None:
     key = await lived_and_gone(cluster)
     assert key not in cluster.world.devices.key_gen
+
+
+def test_a_set_released_by_the_binders_own_write_after_its_vm_went_leaves_no_generation() -> None:
+    world = World()
+    world.apply(WatchEvent("ADDED", device("node-a", 0, "vm")))
+    assert "t/vm" in world.devices.key_gen
+    world.put_device(device("node-a", 0, None))  # the release's write-through, VM gone
+    assert "t/vm" not in world.devices.key_gen
 
 
 async def test_a_vm_gone_leaves_no_parsed_order(cluster: Cluster) -> None:

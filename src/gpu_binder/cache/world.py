@@ -285,7 +285,9 @@ class World(Orders):
 
     def put_device(self, d: GPUDevice) -> None:
         """Write-through: the response of the binder's own write, or a staged decision."""
+        old = self.devices.get(d.metadata.name)
         self.devices.put(d)
+        self._released(old, d)
 
     def written_device(self, name: str) -> GPUDevice | None:
         """The device as the API server holds it, when the world knows that without asking:
@@ -322,8 +324,13 @@ class World(Orders):
             if node is None or not node.ready:
                 self.down_nodes.add(d.spec.node_name)  # its devices may have to be Lost
         self.devices.put(d)
+        self._released(old, d)
+
+    def _released(self, old: GPUDevice | None, new: GPUDevice) -> None:
+        """A device left its set: the set's key may have nothing left (_forget_key)."""
         was = old.status.binding if old is not None else None
-        if was is not None and (d.status.binding is None or d.status.binding.vm.key != was.vm.key):
+        now = new.status.binding
+        if was is not None and (now is None or now.vm.key != was.vm.key):
             self._forget_key(was.vm.key)
 
     def _forget_key(self, key: str) -> None:
