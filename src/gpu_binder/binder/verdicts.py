@@ -53,14 +53,16 @@ class Verdicts(dict[str, object]):
         so a binder that runs for months remembers at most twice what exists; checked in
         O(1), paid once per doubling."""
         if len(self) > 2 * len(every) + 64:
-            for key in [k for k in self if k not in every]:
-                del self[key]
+            self._keep_only(every)
+
+    def _keep_only(self, every: Collection[str]) -> None:
+        for key in [k for k in self if k not in every]:
+            del self[key]
 
     def restart(self, every: Collection[str]) -> None:
         """Before an exhaustive sweep: every key not found clean is due, and the verdicts
         of keys that are gone go once they could outnumber live ones."""
         if len(self) > len(every):
-            for key in [k for k in self if k not in every]:
-                del self[key]
+            self._keep_only(every)
         # A set difference runs in C: an exhaustive sweep costs its keys, not Python loops.
         self.unclean = set(every) - self.keys()

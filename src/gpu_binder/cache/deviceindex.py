@@ -142,6 +142,12 @@ class DeviceIndex:
         self.key_gen[key] = self.gen
         self.touched_keys.add(key)
 
+    def forget_key(self, key: str) -> None:
+        """An order key gone from the cluster: its generation goes once no device is bound to
+        it (touch_key gives it a new one, never used before, if it comes back)."""
+        if not self.by_vm.get(key):
+            self.key_gen.pop(key, None)
+
     def touch_node(self, node: str) -> None:
         self.gen += 1
         self.node_gen[node] = self.gen

@@ -337,9 +337,8 @@ class World(Orders):
         """A VM key with no VM, VMI or device bound to it any more: its generation goes (a
         VM of that name again is touched anew, with a generation never used), so that a
         binder running for months keeps nothing per VM it ever saw."""
-        gone = key not in self.vms and not self.vmis_by_order.get(key)
-        if gone and not self.devices.by_vm.get(key):
-            self.devices.key_gen.pop(key, None)
+        if key not in self.vms and not self.vmis_by_order.get(key):
+            self.devices.forget_key(key)
 
     def _index_revision(self, vm_key: str, rev_key: str) -> None:
         old = self._revision_of.pop(vm_key, "")
