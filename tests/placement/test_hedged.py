@@ -44,3 +44,15 @@ def test_the_margin_shrinks_as_one_over_the_root_of_the_orders_known() -> None:
     assert f is not None
     few, many = (margin(f, Outlook(pairs(n), {}, {"a": 8})) for n in (100, 400))
     assert few == pytest.approx(2 * many)
+
+
+def test_an_order_that_fills_a_whole_node_breaks_nothing() -> None:
+    # A 1-GPU order on a 1-GPU node (its class's largest) leaves no GPU of it free, so
+    # it ranks with the nodes already broken, not behind them as if it split one.
+    outlook = Outlook(pairs(2), {}, {"a": 1, "b": 8})
+    one, three = {"a": 1}, {"b": 1}
+    filled = fit(one, Candidate("node-a", {"a": 1}))
+    broken = fit(three, Candidate("node-b", {"b": 3}))
+    assert filled is not None and broken is not None
+    ranked = hedged([(broken, three), (filled, one)], least_stranded, outlook)
+    assert ranked[0][0].node == "node-a"

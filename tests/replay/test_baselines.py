@@ -10,6 +10,7 @@ import pytest
 from gpu_binder.replay.baselines import (
     FragmentationGradient,
     bestfit_policy,
+    fgd_online_policy,
     fgd_policy,
     firstfit_policy,
     random_policy,
@@ -22,7 +23,7 @@ from gpu_binder.replay.trace import Node
 
 from .make import node, order
 
-ALL = [random_policy, firstfit_policy, spread_policy, bestfit_policy, fgd_policy]
+ALL = [random_policy, firstfit_policy, spread_policy, bestfit_policy, fgd_policy, fgd_online_policy]
 
 
 def cluster_with(nodes: Sequence[Node], *placed: tuple[Order, str]) -> ReplayCluster:
@@ -101,7 +102,27 @@ def test_fgd_keeps_cpu_for_the_gpus_left_on_a_node() -> None:
     assert fgd_policy(workload)(vm, cluster, random.Random(0)) == "n1"
 
 
-@pytest.mark.parametrize("factory", [firstfit_policy, spread_policy, bestfit_policy, fgd_policy])
+def test_online_fgd_ignores_the_workload_it_is_handed() -> None:
+    # Only the 1-GPU order it is placing is known: no free GPU is stranded anywhere.
+    workload = [order(gpus=1), order(gpus=2)]
+    cluster = cluster_with([node("n0", gpus=2), node("n1", gpus=3)])
+    assert fgd_online_policy(workload)(order(gpus=1), cluster, random.Random(0)) == "n0"
+
+
+def test_online_fgd_learns_the_mix_from_the_orders_it_places() -> None:
+    cluster = cluster_with([node("n0", gpus=2), node("n1", gpus=3), node("n2", gpus=4)])
+    fgd, rng = fgd_online_policy([]), random.Random(0)
+    assert fgd(order(gpus=1), cluster, rng) == "n0"  # not placed: only a mix of 1-GPU
+    pair = order(gpus=2)
+    fgd(pair, cluster, rng)
+    cluster.place(pair, "n2")
+    # Now a third of the orders seen are pairs: n0's pair stays whole, as FGD keeps it.
+    assert fgd(order(gpus=1), cluster, rng) == "n1"
+
+
+@pytest.mark.parametrize(
+    "factory", [firstfit_policy, spread_policy, bestfit_policy, fgd_policy, fgd_online_policy]
+)
 def test_a_tie_goes_to_the_node_first_in_node_order(factory: PolicyFactory) -> None:
     cluster = cluster_with([node("n2"), node("n0"), node("n1")])
     assert choose(factory, cluster, order()) == "n2"

@@ -122,22 +122,29 @@ def margin(best: Fit, outlook: Outlook) -> float:
 
 
 def breaks_whole(f: Fit, outlook: Outlook) -> bool:
-    """Does the order take GPUs of a node of its class's largest size with every GPU free?"""
+    """Does the order split a node of its class's largest size with every GPU free?
+
+    An order that takes every GPU of such a node fills it rather than splits it: nothing
+    is left there for a later order to be stranded on (a 1-GPU order on a class of 1-GPU
+    nodes, an 8-GPU order on an 8-GPU node).
+    """
     whole = outlook.whole.get(f.class_name, 0)
-    return f.free > f.leftover and whole > 0 and f.free >= whole
+    return f.leftover > 0 and whole > 0 and f.free >= whole
 
 
 def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ranked]:
     """Best first, as rank_key orders them — except among the entries whose scores the mix
-    cannot tell from the best (within `margin`): those go in first-fit order, the nodes
-    that keep a whole node whole first, then by name (the node order).
+    cannot tell from the best (within `margin`): those that keep a whole node whole go
+    first, then the rest, each in first-fit order (by name, the node order).
 
     Scores read the known orders as if they were the orders to come. While those are few,
     a class's price or a node's stranding differs from another's by the sampling noise of
     a handful of orders, and following it drains whichever class the sample happens to
     need least — the whole nodes that a rare order only it holds comes for later. First
     fit favours no class (the node order is arbitrary), so where the mix knows no better
-    the binder does as first fit does; its confidence grows with every order it sees.
+    the binder does as first fit does, with one bet of its own (keeping whole nodes whole,
+    which the mix's noise is not needed to justify); its confidence grows with every
+    order it sees.
     """
     keyed = sorted(((rank_key(f, score, outlook), (f, o)) for f, o in entries), key=_first)
     if not keyed:

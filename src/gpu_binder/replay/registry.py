@@ -14,6 +14,7 @@ BASELINES: dict[str, PolicyFactory] = {
     "spread": baselines.spread_policy,
     "bestfit": baselines.bestfit_policy,
     "fgd": baselines.fgd_policy,
+    "fgd-online": baselines.fgd_online_policy,
 }
 
 
