@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from gpu_binder.replay.cluster import NodeGroup, ReplayCluster
-from gpu_binder.replay.order import Order
+from gpu_binder.replay.order import DemandKey, Order
 from gpu_binder.replay.policy import Policy, lowest_score
 
 
@@ -74,11 +74,11 @@ class FragmentationGradient:
     def __init__(self, workload: Sequence[Order]) -> None:
         self._usable: dict[str, list[tuple[int, int, int, float]]] = {}
         self._fragmentation: dict[tuple[str, int, int, int], float] = {}
-        self._kinds: dict[tuple[int, int, int, frozenset[str]], int] = {}
+        self._kinds: dict[DemandKey, int] = {}
         self._next_kind = 0
         self.learn(Counter(order.demand for order in workload))
 
-    def learn(self, counts: Counter[tuple[int, int, int, frozenset[str]]]) -> None:
+    def learn(self, counts: Counter[DemandKey]) -> None:
         """Take `counts` (orders per demand) as the workload from now on."""
         total = sum(counts.values()) or 1
         self._demands = [(demand, count / total) for demand, count in counts.items()]
@@ -165,7 +165,7 @@ class OnlineFragmentationGradient(FragmentationGradient):
 
     def __init__(self, workload: Sequence[Order]) -> None:
         super().__init__(())
-        self._seen: Counter[tuple[int, int, int, frozenset[str]]] = Counter()
+        self._seen: Counter[DemandKey] = Counter()
         self._placed = 0
         self._next_reading = 1
 

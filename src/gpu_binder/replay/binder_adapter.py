@@ -40,7 +40,7 @@ from gpu_binder.api.types import (
 from gpu_binder.binder import Config, Placer
 from gpu_binder.cache.world import World
 from gpu_binder.client.interface import WatchEvent
-from gpu_binder.replay.order import Order
+from gpu_binder.replay.order import DemandKey, Order
 from gpu_binder.replay.policy import Run, RunFactory
 from gpu_binder.replay.trace import Node
 
@@ -90,7 +90,7 @@ class BinderRun:
         self._vms: dict[int, dict[str, Any]] = {}
         self._stopped = 0
         self._stops = 0
-        self._no_room: set[tuple[int, int, tuple[int, int, int, frozenset[str]]]] = set()
+        self._no_room: set[tuple[int, int, DemandKey]] = set()
 
     def _apply(self, obj: Any, kind: Literal["ADDED", "MODIFIED", "DELETED"] = "ADDED") -> None:
         self.world.apply(WatchEvent(kind, obj))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpu_binder.replay.order import Order
+from gpu_binder.replay.order import DemandKey, Order
 from gpu_binder.replay.trace import Node
 
 
@@ -33,7 +33,7 @@ def demand_by_fitting_models(
     for node in nodes:
         if node.gpus:
             largest.setdefault(node.model, []).append((node.gpus, node.cpu_milli, node.memory_mib))
-    fitting: dict[tuple[int, int, int, frozenset[str]], frozenset[str]] = {}
+    fitting: dict[DemandKey, frozenset[str]] = {}
     demand: dict[frozenset[str], int] = {}
     for order in orders:
         models = fitting.get(order.demand)

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from gpu_binder.replay.trace import Pod
 
+DemandKey = tuple[int, int, int, frozenset[str]]
+"""An order's GPUs, CPU (milli), memory (MiB) and accepted models: what placement reads."""
+
 
 @dataclass(frozen=True, slots=True)
 class Order:
@@ -34,7 +37,7 @@ class Order:
         return not self.models or model in self.models
 
     @property
-    def demand(self) -> tuple[int, int, int, frozenset[str]]:
+    def demand(self) -> DemandKey:
         """What placement depends on; orders with equal demands are interchangeable."""
         return (self.gpus, self.cpu_milli, self.memory_mib, self.models)
 
