@@ -173,3 +173,22 @@ def test_a_pool_the_class_claims_cannot_use_is_priced_by_the_claims_it_can_take(
     b1 = Fit("b1", 0, 1, "b", 32, 96, 10, 31, (1, 32, 96))
     assert outlook.pressure["a"] > outlook.pressure["b"]
     assert least_stranded(a1, outlook) > least_stranded(b1, outlook)
+
+
+def test_filling_a_gap_only_the_order_could_use_strands_nothing() -> None:
+    # The 2-GPU orders never fit the lone GPU: they lose nothing when it is taken.
+    mix = Mix()
+    mix.add(Demand(1, 8_000, 0, A))
+    mix.add(Demand(2, 64_000, 0, A), 3)
+    gap = Fit("node-a", 0, 1, "a", cpu_free=8_000, cpu=8_000)
+    assert stranding(gap, Outlook(mix, {}, {"a": 2})) == pytest.approx(0.0)
+
+
+def test_a_node_the_other_orders_cannot_use_is_no_cheaper_to_fill() -> None:
+    mix = mix_of(Demand(1, 24_000, 0, A), Demand(2, 64_000, 0, A))
+    # On node-a the order leaves a GPU with 8 cores, which no order of the mix can use;
+    # that the 2-GPU orders never fitted node-a does not make it cheaper.
+    cpu_free = {"node-a": 32_000, "node-b": 128_000}
+    assert best({"node-a": 2, "node-b": 4}, 1, mix, cpu_free=cpu_free, cpu=24_000, whole=4) == (
+        "node-b"
+    )

@@ -229,3 +229,15 @@ def test_a_restricted_orders_claim_falls_on_the_pools_that_hold_it() -> None:
     pressure = m.pool_pressures({small: 100, big: 100, other: 200})
     # Half the GPUs ordered are restricted: half of the 400 free, all on big's 100.
     assert pressure == {small: 0.0, big: pytest.approx(2.0), other: 0.0}
+
+
+def test_the_unfit_share_is_the_orders_a_state_cannot_take() -> None:
+    mix = mix_of(Demand(1, 0, 0, A), Demand(2, 0, 0, A), Demand(4, 0, 0, A), Demand(1, 0, 0, B))
+    assert mix.unfit_share("a", 2, 10**9, 10**9, 0) == pytest.approx(0.5)
+
+
+def test_below_a_whole_node_the_floor_share_cannot_be_taken_either() -> None:
+    # No order of the mix needs all 8 GPUs, so the floor's assumed 8-GPU orders count.
+    mix = mix_of(Demand(1, 0, 0, A), floor=0.1)
+    assert mix.unfit_share("a", 4, 10**9, 10**9, 8) == pytest.approx(0.1)
+    assert mix.unfit_share("a", 8, 10**9, 10**9, 8) == pytest.approx(0.0)

@@ -272,22 +272,53 @@ class Mix:
         return total
 
     def fragmentation(
-        self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int, whole: int
+        self,
+        class_name: str,
+        gpus: int,
+        cpu_milli: int,
+        memory_bytes: int,
+        whole: int,
+        floor: float | None = None,
     ) -> float:
         """Free GPUs of this state that an order drawn from the mix would leave unusable.
 
         `whole` is the class's largest node size: the floor share of orders of that size
-        fits only a state with that many GPUs free, and uses all of them.
+        fits only a state with that many GPUs free, and uses all of them (`floor`, if
+        given, is `floor_share(class_name, whole)`, read once for several states).
         """
         if gpus <= 0:
             return 0.0
-        floor = self.floor if whole > 0 and not self.knows_whole(class_name, whole) else 0.0
+        if floor is None:
+            floor = self.floor_share(class_name, whole)
         stranded = 0.0 if whole <= gpus else floor * gpus
         if self.orders:
             mean = self.stranded(class_name, gpus, cpu_milli, memory_bytes) / self.orders
         else:
             mean = float(gpus)
         return stranded + (1.0 - floor) * max(0.0, mean)
+
+    def unfit_share(
+        self,
+        class_name: str,
+        gpus: int,
+        cpu_milli: int,
+        memory_bytes: int,
+        whole: int,
+        floor: float | None = None,
+    ) -> float:
+        """The share of the mix (the whole-node floor included, as in `fragmentation`) that
+        a node of this class with this much free cannot take at all."""
+        if floor is None:
+            floor = self.floor_share(class_name, whole)
+        below_whole = floor if gpus < whole else 0.0
+        if not self.orders:
+            return below_whole + (1.0 - floor)  # as fragmentation reads an empty mix
+        fitting = self.fitting(class_name, gpus, cpu_milli, memory_bytes)
+        return below_whole + (1.0 - floor) * (1.0 - fitting / self.orders)
+
+    def floor_share(self, class_name: str, whole: int) -> float:
+        """The share of orders of the class's largest node size assumed while none is known."""
+        return self.floor if whole > 0 and not self.knows_whole(class_name, whole) else 0.0
 
     def knows_whole(self, class_name: str, whole: int) -> bool:
         """Does the mix hold an order of the class as big as its largest node?"""

@@ -55,19 +55,30 @@ def spread(fit: Fit, outlook: Outlook) -> float:
 
 
 def stranding(fit: Fit, outlook: Outlook) -> float:
-    """How many more free GPUs of the node an order of the mix would leave unusable after
-    this one (see Mix.fragmentation)."""
+    """How many more free GPUs of the node an order of the mix that could use it would
+    leave unusable after this one (see Mix.fragmentation).
+
+    An order that cannot use the node's free state at all reads every free GPU as
+    stranded before and only the leftover after; counted, it would credit the placement
+    with the GPUs taken, and nodes most orders cannot use would look cheapest to fill —
+    exactly the nodes the few orders that can use them need. So the GPUs taken are
+    charged back at the share of the mix the node could not take.
+    """
     mix = outlook.mix
     whole = outlook.whole.get(fit.class_name, 0)
-    before = mix.fragmentation(fit.class_name, fit.free, fit.cpu_free, fit.memory_free, whole)
+    floor = mix.floor_share(fit.class_name, whole)
+    state = (fit.class_name, fit.free, fit.cpu_free, fit.memory_free, whole, floor)
+    before = mix.fragmentation(*state)
+    charged_back = (fit.free - fit.leftover) * mix.unfit_share(*state)
     after = mix.fragmentation(
         fit.class_name,
         fit.leftover,
         fit.cpu_free - fit.cpu,
         fit.memory_free - fit.memory,
         whole,
+        floor,
     )
-    return after - before
+    return after - before + charged_back
 
 
 def least_stranded(fit: Fit, outlook: Outlook) -> float:
@@ -78,8 +89,9 @@ def least_stranded(fit: Fit, outlook: Outlook) -> float:
     GPUs, CPU and memory could take none of those orders, the GPUs it strands there
     instead, see claim_cost) — and, when the order breaks a whole node, the node's GPUs
     times its class's excess whole-node risk — and the GPUs of the node that become
-    unusable for the mix (negative when the order fills a gap no other order could). A
-    whole node stays whole while a partly used node can take the order.
+    unusable for the orders of the mix that could use it (nothing when no other order
+    could: filling such a gap costs nothing, and it is breaking a node elsewhere that
+    costs). A whole node stays whole while a partly used node can take the order.
     """
     taken = fit.free - fit.leftover
     stranded = stranding(fit, outlook)
