@@ -7,6 +7,7 @@ namespace, so tests sharing the session's API server never place on each other's
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -142,14 +143,19 @@ async def eventually(
     raise AssertionError(f"{what} not reached in {timeout:g}s (last: {last!r})")
 
 
+# Device ids for the session's fleets, above the real GPUs' ids the other tests use.
+_DEVICE_IDS = itertools.count(0xA000)
+
+
 class Fleet:
     """One test's GPU class, nodes and devices, created through the admin client."""
 
     def __init__(self, admin: KubeClient, gpus_per_node: int = 4) -> None:
         self.admin = admin
         self.id = uid()
-        # A device id of this test alone, so other tests' classes never match its GPUs.
-        self.device_id = f"0x{int(self.id[:4], 16):04x}"
+        # A device id of this test alone, so other tests' classes never match its GPUs:
+        # counted, not drawn, since four random hex digits collide within a session.
+        self.device_id = f"0x{next(_DEVICE_IDS):04x}"
         self.class_name = f"gpu-{self.id}"
         self.resource = f"example.com/GPU_{self.id}"
         self.gpus_per_node = gpus_per_node
