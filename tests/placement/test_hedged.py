@@ -56,3 +56,19 @@ def test_an_order_that_fills_a_whole_node_breaks_nothing() -> None:
     assert filled is not None and broken is not None
     ranked = hedged([(broken, three), (filled, one)], least_stranded, outlook)
     assert ranked[0][0].node == "node-a"
+
+
+def test_a_few_hundred_orders_agreeing_keep_a_gpu_from_being_left_without_cores() -> None:
+    # Every known order takes 1 GPU and 24 cores. On node-a (2 GPUs, 32 cores) one would
+    # leave a GPU with 8 cores, which no known order can use; node-b is a whole node of
+    # 4 GPUs and 128 cores. The fallback keeps node-b whole, so only the score can move
+    # the order there, and 300 orders that all agree must be enough for it to.
+    mix = Mix()
+    mix.add(Demand(1, 24_000, 0, A), 300)
+    outlook = Outlook(mix, {}, {"a": 4})
+    order = {"a": 1}
+    cramped = fit(order, Candidate("node-a", {"a": 2}, cpu_free=32_000), cpu=24_000)
+    whole = fit(order, Candidate("node-b", {"a": 4}, cpu_free=128_000), cpu=24_000)
+    assert cramped is not None and whole is not None
+    ranked = hedged([(cramped, order), (whole, order)], least_stranded, outlook)
+    assert ranked[0][0].node == "node-b"

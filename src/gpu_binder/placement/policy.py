@@ -17,10 +17,14 @@ if TYPE_CHECKING:
     from gpu_binder.placement.choose import Fit
 
 # How much one GPU stranded in expectation counts against taking a GPU of a class that
-# restricted orders will claim whole (pressure 1). Measured on the production trace
-# (docs/PLACEMENT.md): class scarcity must dominate, yet not blindly — an order's
-# fragmentation on a scarce-but-roomy class can beat a plentiful-but-cramped one.
-STRANDED_WEIGHT = 0.1
+# restricted orders will claim whole (pressure 1). Class scarcity must dominate, yet not
+# blindly — an order's fragmentation on a scarce-but-roomy class can beat a
+# plentiful-but-cramped one. Known mixes (arrival mode) score alike from 0.1 to 0.3;
+# online the weight also sets how many orders the hedge needs before a stranding lead
+# outgrows the claim term's share of its margin: at 0.1 a GPU left with no core for any
+# known order waited ~700 orders for the score to see it (docs/PLACEMENT.md, *The
+# stranding weight, measured online*).
+STRANDED_WEIGHT = 0.3
 
 
 @dataclass(frozen=True, slots=True)
