@@ -39,6 +39,31 @@ def test_among_scores_the_mix_cannot_tell_apart_a_whole_node_stays_whole() -> No
     assert first_node({"node-a": 8, "node-b": 3}, 1, pairs(2)) == "node-b"
 
 
+def test_among_scores_the_mix_cannot_tell_apart_a_node_the_order_fills_goes_first() -> None:
+    # One GPU of node-b, or one of node-a's three: no known pair is stranded either way,
+    # but node-b's leaves nothing behind and node-a keeps its gap for a pair.
+    assert first_node({"node-a": 3, "node-b": 1}, 1, pairs(2)) == "node-b"
+
+
+def test_a_node_the_order_fills_waits_its_turn_when_no_known_order_needs_the_gap() -> None:
+    # Only single GPUs are known: node-a's three serve them as well as node-b's one.
+    singles = Mix()
+    singles.add(Demand(1, 0, 0, A), 2)
+    assert first_node({"node-a": 3, "node-b": 1}, 1, singles) == "node-a"
+
+
+def test_a_node_of_another_class_the_order_fills_keeps_its_place_in_node_order() -> None:
+    # Filling node-b would draw on class b's GPUs rather than a's: which pool to use is
+    # the price's question, so within the margin the node order decides.
+    outlook = Outlook(pairs(2), {}, {"a": 8, "b": 8})
+    one, other = {"a": 1}, {"b": 1}
+    gap = fit(one, Candidate("node-a", {"a": 3}))
+    filled = fit(other, Candidate("node-b", {"b": 1}))
+    assert gap is not None and filled is not None
+    ranked = hedged([(filled, other), (gap, one)], least_stranded, outlook)
+    assert ranked[0][0].node == "node-a"
+
+
 def test_the_margin_shrinks_as_one_over_the_root_of_the_orders_known() -> None:
     f = fit({"a": 1}, Candidate("n", {"a": 4}))
     assert f is not None

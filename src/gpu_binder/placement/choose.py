@@ -135,16 +135,25 @@ def breaks_whole(f: Fit, outlook: Outlook) -> bool:
 def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ranked]:
     """Best first, as rank_key orders them — except among the entries whose scores the mix
     cannot tell from the best (within `margin`): those that keep a whole node whole go
-    first, then the rest, each in first-fit order (by name, the node order).
+    first, then the rest, each in first-fit order (by name, the node order) — except
+    that a node of the first one's class that the order fills exactly goes before it
+    when a known order needs the first one's free GPUs whole (`gap_needed`).
 
     Scores read the known orders as if they were the orders to come. While those are few,
     a class's price or a node's stranding differs from another's by the sampling noise of
     a handful of orders, and following it drains whichever class the sample happens to
     need least — the whole nodes that a rare order only it holds comes for later. First
     fit favours no class (the node order is arbitrary), so where the mix knows no better
-    the binder does as first fit does, with one bet of its own (keeping whole nodes whole,
-    which the mix's noise is not needed to justify); its confidence grows with every
-    order it sees.
+    the binder does as first fit does, with two bets of its own that the mix's noise is
+    not needed to justify; its confidence grows with every order it sees. One keeps
+    whole nodes whole. The other fills a node exactly, within one class: of two nodes of
+    the same GPUs, the one with just the order's GPUs free is left with nothing to
+    strand, and the other keeps its larger gap for the larger orders known to fit it,
+    where first fit's order would cut that gap and leave both small. Where no known
+    order needs the gap, cutting it costs nothing the mix can name, so the node order
+    decides; so it does between classes, where filling a node draws on a pool other
+    orders may need more (docs/PLACEMENT.md, *Kept: filling a node exactly*): which pool
+    to draw is the price's question.
     """
     keyed = sorted(((rank_key(f, score, outlook), (f, o)) for f, o in entries), key=_first)
     if not keyed:
@@ -153,7 +162,19 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
     cut = margin(keyed[0][1][0], outlook)
     near = [e for key, e in keyed if key[0] <= top + cut]
     near.sort(key=lambda e: (breaks_whole(e[0], outlook), e[0].node))
+    lead = near[0][0]
+    if gap_needed(lead, outlook):
+        # Stable: the nodes the order fills keep their node order, and so does the rest.
+        near.sort(key=lambda e: not (e[0].leftover == 0 and e[0].class_name == lead.class_name))
     return near + [e for key, e in keyed[len(near) :]]
+
+
+def gap_needed(f: Fit, outlook: Outlook) -> bool:
+    """Does a known order need the node's free GPUs whole: one that fits them, with the
+    node's CPU and memory, but asks more GPUs than this order takes?"""
+    mix, taken = outlook.mix, f.free - f.leftover
+    needing = mix.fitting(f.class_name, f.free, f.cpu_free, f.memory_free)
+    return needing > mix.fitting(f.class_name, taken, f.cpu_free, f.memory_free)
 
 
 def _first(item: tuple[tuple[float, int, str], Ranked]) -> tuple[float, int, str]:
