@@ -1,5 +1,6 @@
 """Hedged ranking: the mix decides only where it can tell scores apart; within its
-sampling error the nodes go in first-fit order, whole nodes kept whole first."""
+sampling error the nodes go in first-fit order, whole nodes kept whole first, and a node
+the order fills goes first where a known order needs the gap first fit would cut."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ def first_node(free: dict[str, int], count: int, mix: Mix) -> str:
     outlook = Outlook(mix, {}, {"a": 8})
     order = {"a": count}
     entries = [(f, order) for n, k in free.items() if (f := fit(order, Candidate(n, {"a": k})))]
+    return hedged(entries, least_stranded, outlook)[0][0].node
+
+
+def first_of(outlook: Outlook, *options: tuple[Candidate, dict[str, int]], cpu: int = 0) -> str:
+    """The node ranked first among candidates, each with the order it would take."""
+    entries = []
+    for candidate, order in options:
+        f = fit(order, candidate, cpu)
+        assert f is not None
+        entries.append((f, order))
     return hedged(entries, least_stranded, outlook)[0][0].node
 
 
@@ -56,12 +67,8 @@ def test_a_node_of_another_class_the_order_fills_keeps_its_place_in_node_order()
     # Filling node-b would draw on class b's GPUs rather than a's: which pool to use is
     # the price's question, so within the margin the node order decides.
     outlook = Outlook(pairs(2), {}, {"a": 8, "b": 8})
-    one, other = {"a": 1}, {"b": 1}
-    gap = fit(one, Candidate("node-a", {"a": 3}))
-    filled = fit(other, Candidate("node-b", {"b": 1}))
-    assert gap is not None and filled is not None
-    ranked = hedged([(filled, other), (gap, one)], least_stranded, outlook)
-    assert ranked[0][0].node == "node-a"
+    gap, filled = Candidate("node-a", {"a": 3}), Candidate("node-b", {"b": 1})
+    assert first_of(outlook, (filled, {"b": 1}), (gap, {"a": 1})) == "node-a"
 
 
 def test_the_margin_shrinks_as_one_over_the_root_of_the_orders_known() -> None:
@@ -75,12 +82,8 @@ def test_an_order_that_fills_a_whole_node_breaks_nothing() -> None:
     # A 1-GPU order on a 1-GPU node (its class's largest) leaves no GPU of it free, so
     # it ranks with the nodes already broken, not behind them as if it split one.
     outlook = Outlook(pairs(2), {}, {"a": 1, "b": 8})
-    one, three = {"a": 1}, {"b": 1}
-    filled = fit(one, Candidate("node-a", {"a": 1}))
-    broken = fit(three, Candidate("node-b", {"b": 3}))
-    assert filled is not None and broken is not None
-    ranked = hedged([(broken, three), (filled, one)], least_stranded, outlook)
-    assert ranked[0][0].node == "node-a"
+    filled, broken = Candidate("node-a", {"a": 1}), Candidate("node-b", {"b": 3})
+    assert first_of(outlook, (broken, {"b": 1}), (filled, {"a": 1})) == "node-a"
 
 
 def test_a_few_hundred_orders_agreeing_keep_a_gpu_from_being_left_without_cores() -> None:
@@ -91,9 +94,6 @@ def test_a_few_hundred_orders_agreeing_keep_a_gpu_from_being_left_without_cores(
     mix = Mix()
     mix.add(Demand(1, 24_000, 0, A), 300)
     outlook = Outlook(mix, {}, {"a": 4})
-    order = {"a": 1}
-    cramped = fit(order, Candidate("node-a", {"a": 2}, cpu_free=32_000), cpu=24_000)
-    whole = fit(order, Candidate("node-b", {"a": 4}, cpu_free=128_000), cpu=24_000)
-    assert cramped is not None and whole is not None
-    ranked = hedged([(cramped, order), (whole, order)], least_stranded, outlook)
-    assert ranked[0][0].node == "node-b"
+    cramped = Candidate("node-a", {"a": 2}, cpu_free=32_000)
+    whole = Candidate("node-b", {"a": 4}, cpu_free=128_000)
+    assert first_of(outlook, (cramped, {"a": 1}), (whole, {"a": 1}), cpu=24_000) == "node-b"
