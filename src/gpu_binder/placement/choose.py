@@ -135,9 +135,9 @@ def breaks_whole(f: Fit, outlook: Outlook) -> bool:
 def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ranked]:
     """Best first, as rank_key orders them — except among the entries whose scores the mix
     cannot tell from the best (within `margin`): those that keep a whole node whole go
-    first, then the rest, each in first-fit order (by name, the node order) — except
-    that a node of the first one's class that the order fills exactly goes before it
-    when a known order needs the first one's free GPUs whole (`gap_needed`).
+    first, then the rest, each in first-fit order (by name, the node order); and a node
+    of the first one's class that the order fills exactly goes before it when a known
+    order needs the first one's free GPUs whole (`gap_needed`).
 
     Scores read the known orders as if they were the orders to come. While those are few,
     a class's price or a node's stranding differs from another's by the sampling noise of
