@@ -46,6 +46,36 @@ def test_the_distribution_leads_with_the_worst_draw() -> None:
     assert d["mean"] == 0.01
 
 
+def seeded(binder: list[float], firstfit: list[float]) -> DrawResult:
+    r = result(1, sum(binder) / len(binder), firstfit=sum(firstfit) / len(firstfit))
+    return replace(r, unallocated_per_seed={BINDER: binder, "firstfit": firstfit})
+
+
+def test_the_gap_s_error_is_that_of_the_paired_per_seed_differences() -> None:
+    # Differences 1, 0, 2, 1: their mean 1, their standard deviation √(2/3), over √4.
+    r = seeded([5.0, 4.0, 7.0, 3.0], [4.0, 4.0, 5.0, 2.0])
+    assert r.gap_se == pytest.approx((2 / 3) ** 0.5 / 2)
+
+
+def test_a_gap_within_two_standard_errors_is_noise() -> None:
+    # Mean difference 0.5 from differences 3, -2, 3, -2: an error of 1.44.
+    assert not seeded([8.0, 3.0, 8.0, 3.0], [5.0, 5.0, 5.0, 5.0]).behind_beyond_noise
+
+
+def test_a_gap_every_seed_agrees_on_is_past_noise() -> None:
+    assert seeded([5.5, 5.4, 5.6, 5.5], [5.0, 5.0, 5.0, 5.0]).behind_beyond_noise
+
+
+def test_a_gap_without_seeds_to_tell_noise_by_counts_as_behind() -> None:
+    assert result(1, 2.0, firstfit=1.0).behind_beyond_noise
+
+
+def test_the_summary_names_the_draws_behind_beyond_noise() -> None:
+    noisy = replace(seeded([8.0, 3.0, 8.0, 3.0], [5.0, 5.0, 5.0, 5.0]), draw=7)
+    clear = replace(seeded([5.5, 5.4, 5.6, 5.5], [5.0, 5.0, 5.0, 5.0]), draw=8)
+    assert summary([noisy, clear])["binder_behind_beyond_noise"] == [8]
+
+
 def test_the_bound_is_checked_only_where_the_best_baseline_is_near_it() -> None:
     near = result(1, 0.5, firstfit=0.2)
     far = result(2, 9.0, firstfit=5.0)
@@ -85,6 +115,18 @@ def test_the_command_sweeps_draws_and_prints_the_distributions(
     assert out["summary"]["binder_minus_best"]["draws"] == 3
 
 
+def test_a_draw_keeps_each_seed_s_figure_for_paired_comparison() -> None:
+    from gpu_binder.replay.registry import policies
+
+    contenders = {name: f for name, f in policies().items() if name in (BINDER, "firstfit")}
+    r = run_draw(small(*TINY), BASE, contenders, seeds=3)
+    assert {name: len(v) for name, v in r.unallocated_per_seed.items()} == {
+        BINDER: 3,
+        "firstfit": 3,
+    }
+    assert r.unallocated[BINDER] == pytest.approx(sum(r.unallocated_per_seed[BINDER]) / 3, abs=1e-3)
+
+
 def test_the_command_replays_one_generated_draw_like_a_trace(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,3 +147,15 @@ def test_a_sweep_without_a_baseline_is_a_usage_error() -> None:
 
 def test_a_trace_replay_still_needs_both_files() -> None:
     assert main_replay([str(command.SHIPPED_NODES)]) == 2
+
+
+def test_the_sweep_for_people_names_the_draws_behind_beyond_noise(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(generate, "draw_params", tiny)
+    argv = ["--sweep", "2", "--policies", "binder,firstfit", "--seeds", "2", "--online"]
+    assert main_replay(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("binder_behind_beyond_noise: [") for line in lines)
+    header = next(line for line in lines if line.split()[:1] == ["draw"])
+    assert header.split()[-1] == "se"

@@ -260,18 +260,25 @@ def _generated(args: argparse.Namespace, contenders: dict[str, RunFactory]) -> i
 
 def render_sweep(result: JSON) -> str:
     """A sweep's distributions and worst draws, for people."""
-    summary = cast(dict[str, dict[str, float]], result["summary"])
+    summary = cast(dict[str, object], result["summary"])
     lines = [f"{result['seeds_per_draw']} seeds per draw"]
-    for name, dist in summary.items():
-        lines.append(f"{name}: " + ", ".join(f"{k} {v:g}" for k, v in dist.items()))
+    for name, value in summary.items():
+        if isinstance(value, dict):
+            lines.append(f"{name}: " + ", ".join(f"{k} {v:g}" for k, v in value.items()))
+        else:
+            lines.append(f"{name}: {value}")
     rows = cast(list[dict[str, object]], result["draws"])
-    lines.append(f"{'draw':>6} {'cluster':<10} {'GPUs':>6} {'binder':>8} {'best':>8} {'gap':>7}")
+    lines.append(
+        f"{'draw':>6} {'cluster':<10} {'GPUs':>6} {'binder':>8} {'best':>8} {'gap':>7} {'se':>6}"
+    )
     for row in sorted(rows, key=lambda r: -cast(float, r["binder_minus_best"]))[:10]:
+        se = row["binder_minus_best_se"]
         lines.append(
             f"{row['draw']:>6} {row['cluster']:<10} {row['capacity_gpus']:>6} "
             f"{cast(float, row['binder']):>8.3f} "
             f"{cast(float, row['best_baseline_unallocated_gpu_pct']):>8.3f} "
-            f"{cast(float, row['binder_minus_best']):>7.3f}"
+            f"{cast(float, row['binder_minus_best']):>7.3f} "
+            + (f"{se:>6.3f}" if isinstance(se, float) else f"{'-':>6}")
         )
     return "\n".join(lines)
 

@@ -95,6 +95,8 @@ def replay(
 def _arrival_summary(runs: Sequence[ArrivalResult], curves: bool) -> JSON:
     summary: JSON = {
         "unallocated_gpu_pct": _round(fmean(r.unallocated_gpu_pct for r in runs)),
+        # Per seed, in seed order: what a paired comparison of two policies reads.
+        "unallocated_gpu_pct_per_seed": [_round(r.unallocated_gpu_pct) for r in runs],
         "rejected_orders": _round(fmean(r.rejected_orders for r in runs)),
         "rejected_orders_total": _round(fmean(r.rejected_orders_total for r in runs)),
         "seconds": _round(sum(r.seconds for r in runs)),

@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from statistics import fmean
+from dataclasses import dataclass, field
+from statistics import fmean, stdev
+from typing import cast
 
 from gpu_binder.replay import generate
 from gpu_binder.replay.policy import RunFactory
@@ -26,6 +27,11 @@ from gpu_binder.replay.trace import Node
 
 # Where the best baseline is this close to the tighter bound, the binder must be too.
 BOUND_SLACK = 0.3
+# A draw's gap is past its seeds' noise when it exceeds this many standard errors of the
+# paired per-seed differences. With 8 seeds a policy no worse than the baseline still
+# passes that by chance on about 4 draws in 100 (Student's t, 7 degrees of freedom), so
+# the count is read against that, not against zero.
+NOISE_SE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,8 @@ class DrawResult:
     unallocated: Mapping[str, float]
     rejected: Mapping[str, float]
     seconds: float
+    unallocated_per_seed: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    """Per contender, each seed's unallocated GPUs in %, in seed order."""
 
     @property
     def best_baseline(self) -> tuple[str, float]:
@@ -52,6 +60,26 @@ class DrawResult:
     def gap(self) -> float:
         """Binder minus the best baseline, in points."""
         return self.unallocated[BINDER] - self.best_baseline[1]
+
+    @property
+    def gap_se(self) -> float | None:
+        """The standard error of the gap: of the mean of the per-seed differences between
+        the binder and the best baseline (the same arrivals and node order on each seed),
+        or None with fewer than two seeds.
+
+        The best baseline is the one whose mean is lowest on these very seeds, so the gap
+        leans against the binder; the error does not correct for that."""
+        binder = self.unallocated_per_seed.get(BINDER, ())
+        best = self.unallocated_per_seed.get(self.best_baseline[0], ())
+        if len(binder) < 2 or len(binder) != len(best):
+            return None
+        return stdev(b - o for b, o in zip(binder, best, strict=True)) / math.sqrt(len(binder))
+
+    @property
+    def behind_beyond_noise(self) -> bool:
+        """Is the binder behind the best baseline by more than NOISE_SE standard errors?"""
+        se = self.gap_se
+        return self.gap > 0 and (se is None or self.gap > NOISE_SE * se)
 
     @property
     def above_bound(self) -> float:
@@ -72,9 +100,14 @@ class DrawResult:
             "best_baseline": name,
             "best_baseline_unallocated_gpu_pct": best,
             "binder_minus_best": round(self.gap, 3),
+            "binder_minus_best_se": None if (se := self.gap_se) is None else round(se, 3),
+            "behind_beyond_noise": self.behind_beyond_noise,
             "binder_minus_bound": round(self.above_bound, 3),
             "unallocated_gpu_pct": dict(self.unallocated),
             "rejected_orders": dict(self.rejected),
+            "unallocated_gpu_pct_per_seed": {
+                n: list(v) for n, v in self.unallocated_per_seed.items()
+            },
             "seconds": round(self.seconds, 1),
         }
 
@@ -111,6 +144,10 @@ def run_draw(
         capacity_gpus=sum(n.gpus for n in nodes),
         bound=bound,
         unallocated={n: float(row["unallocated_gpu_pct"]) for n, row in table.items()},
+        unallocated_per_seed={
+            n: [float(v) for v in cast(list[float], row["unallocated_gpu_pct_per_seed"])]
+            for n, row in table.items()
+        },
         rejected={n: float(row["rejected_orders"]) for n, row in table.items()},
         seconds=time.perf_counter() - started,
     )
@@ -136,6 +173,7 @@ def summary(results: Sequence[DrawResult]) -> JSON:
     near = [r for r in results if r.baseline_near_bound]
     return {
         "binder_minus_best": distribution([r.gap for r in results]),
+        "binder_behind_beyond_noise": [r.draw for r in results if r.behind_beyond_noise],
         "binder_minus_bound_where_baseline_within_0.3": distribution([r.above_bound for r in near]),
     }
 
