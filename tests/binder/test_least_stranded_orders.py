@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .cluster import T0, Cluster
+from gpu_binder.api.types import CLASSES_ANNOTATION
+
+from .cluster import A100, A100_DEVICE_ID, A100_RESOURCE, H100, T0, Cluster
 from .resources import node_resources, vm_requests
+
+EITHER = {CLASSES_ANNOTATION: f"{H100},{A100}"}
 
 
 async def test_a_whole_node_stays_free_for_an_8_gpu_order(cluster: Cluster) -> None:
@@ -47,3 +51,32 @@ async def test_a_node_that_lacks_the_cpu_is_passed_over(cluster: Cluster) -> Non
     vm_requests(cluster, "hungry", "12", "8Gi")
     await cluster.settle()
     assert cluster.node_of("hungry") == "node-b"
+
+
+async def test_an_order_of_one_class_leaves_the_only_node_a_known_claim_fits(
+    cluster: Cluster,
+) -> None:
+    # Sweep draw 4005: T4-only 1-GPU orders broke the 4-GPU T4 nodes that the known 4-GPU
+    # T4-only orders fit alone, as a broken 2-GPU node strands a GPU for the many pairs —
+    # which may take the other class. An order of one class is priced by its class's pools
+    # too (binder.placing.outlook).
+    cluster.gpu_class(H100, policy="LeastStranded")
+    cluster.gpu_class(
+        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
+    )
+    for node, gpus, cpu, memory in (("node-a", 4, "96", "384Gi"), ("node-b", 2, "104", "512Gi")):
+        cluster.node(node, gpus)
+        node_resources(cluster, node, cpu, memory)
+    cluster.node("node-x", 8, class_name=A100)
+    node_resources(cluster, "node-x", "128", "1Ti")
+    cluster.vm("small", 1, running=True, created=T0 - timedelta(hours=2))
+    vm_requests(cluster, "small", "52", "128Gi")
+    for i in range(3):
+        cluster.vm(f"big-{i}", 4, created=T0 - timedelta(hours=1))
+        vm_requests(cluster, f"big-{i}", "96", "384Gi")
+    for i in range(60):
+        cluster.vm(f"pair-{i}", 2, annotations=EITHER, created=T0 - timedelta(hours=1))
+        vm_requests(cluster, f"pair-{i}", "16", "256Gi")
+    await cluster.settle()
+    assert cluster.node_of("small") == "node-b"
+    assert cluster.node_of("big-0") == "node-a"

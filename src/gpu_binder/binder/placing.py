@@ -74,8 +74,12 @@ def candidates(
 
 def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
     """What the policy knows beyond a node: the mix, the largest node size of each class
-    the options use and, when there is a class to choose, class scarcity and whole-node
-    risk.
+    the options use, class and pool scarcity and, when there is a class to choose,
+    whole-node risk.
+
+    Pools are priced for an order of one class too: its class's price is the same on
+    every node, but its pools' are not, and unpriced it broke the only nodes a known
+    claim of its class fits (sweep draw 4005, docs/PLACEMENT.md).
 
     Whole-node risk is priced above the safest option class's: whether to break a whole
     node at all is the stranding term's call (the mix's big orders fit a whole node, not a
@@ -86,15 +90,13 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
     world, devices = ctx.world, ctx.world.devices
     classes = {c for o in opts for c in o}
     whole = {c: devices.whole(c) for c in classes}
-    if len(opts) < 2:
-        return Outlook(world.mix, {}, whole)
     capacity = {c: sum(n.values()) for c, n in devices.counts.items() if c}
     free = {c: devices.free_count.get(c, 0) for c in capacity}
     world.mix.set_shapes(devices.shapes())
     pressure = world.mix.pressures(capacity, free)
     pools = world.mix.pool_pressures(devices.pool_free) if any(pressure.values()) else {}
     excess: dict[str, float] = {}
-    if world.mix.by_whole:
+    if len(opts) > 1 and world.mix.by_whole:
         sizes = {c: devices.whole(c) for c in capacity}
         risks = world.mix.whole_risks(free, _whole_free(ctx, sizes), sizes)
         mine = {c: risks[c] for c in classes if c in risks}
