@@ -11,6 +11,9 @@ from .cluster import A100, A100_DEVICE_ID, A100_RESOURCE, H100, T0, Cluster
 from .resources import node_resources, vm_requests
 
 EITHER = {CLASSES_ANNOTATION: f"{H100},{A100}"}
+T4 = "t4"
+T4_RESOURCE = "nvidia.com/TU104GL_TESLA_T4"
+T4_DEVICE_ID = "0x1eb8"
 
 
 async def test_a_whole_node_stays_free_for_an_8_gpu_order(cluster: Cluster) -> None:
@@ -80,3 +83,29 @@ async def test_an_order_of_one_class_leaves_the_only_node_a_known_claim_fits(
     await cluster.settle()
     assert cluster.node_of("small") == "node-b"
     assert cluster.node_of("big-0") == "node-a"
+
+
+async def test_a_largest_node_no_known_order_needs_yet_is_priced_for_those_to_come(
+    cluster: Cluster,
+) -> None:
+    # Sweep draw 4005: pairs broke the 4-GPU nodes before the first 4-GPU order arrived, as
+    # their pool carried no claim yet. The whole-node floor's assumed orders claim it
+    # (Mix.pool_pressures), so a pair takes the h100 node, not the whole a100 node.
+    cluster.gpu_class(H100, policy="LeastStranded")
+    cluster.gpu_class(
+        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
+    )
+    cluster.gpu_class(T4, resource=T4_RESOURCE, device_id=T4_DEVICE_ID, policy="LeastStranded")
+    cluster.node("node-1", 4, class_name=A100)
+    cluster.node("node-2", 3)
+    cluster.node("node-3", 1, class_name=T4)
+    anywhere = {CLASSES_ANNOTATION: f"{H100},{A100},{T4}"}
+    # T4's 1-GPU nodes cannot hold a pair: the pair is restricted to a100 and h100. An
+    # order of h100's largest size is known, none of a100's.
+    cluster.vm("pair", 2, annotations=anywhere, created=T0 - timedelta(hours=3))
+    cluster.vm("triple", 3, annotations=anywhere, created=T0 - timedelta(hours=2))
+    for i in range(200):
+        cluster.vm(f"single-{i}", 1, annotations=anywhere, created=T0 - timedelta(hours=1))
+    await cluster.settle()
+    assert cluster.node_of("pair") == "node-2"
+    assert cluster.node_of("triple") == "node-1"

@@ -241,3 +241,26 @@ def test_below_a_whole_node_the_floor_share_cannot_be_taken_either() -> None:
     mix = mix_of(Demand(1, 0, 0, A), floor=0.1)
     assert mix.unfit_share("a", 4, 10**9, 10**9, 8) == pytest.approx(0.1)
     assert mix.unfit_share("a", 8, 10**9, 10**9, 8) == pytest.approx(0.0)
+
+
+def test_a_class_s_largest_pools_carry_the_whole_node_floor_s_claim() -> None:
+    # No order of 8 GPUs is known: the floor's assumed 8-GPU orders (2% of the orders)
+    # claim each class's 8-GPU pool, and nothing of a's 1-GPU pool.
+    m = mix_of(*[Demand(1, 0, 0, AB)] * 9, Demand(1, 0, 96, A), floor=0.02)
+    m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
+    small, big, other = ("a", 1, 8, 32), ("a", 8, 8, 768), ("b", 8, 8, 768)
+    pressure = m.pool_pressures({small: 100, big: 100, other: 200})
+    # Of the 400 free, the 96-memory order claims 1/10 and each class's floor
+    # 0.02 × 8 × 10 orders / 10 GPUs ordered.
+    assert pressure[small] == 0.0
+    assert pressure[big] == pytest.approx((40 + 0.16 * 400) / 100)
+    assert pressure[other] == pytest.approx(0.16 * 400 / 200)
+
+
+def test_once_an_order_of_the_largest_size_is_known_the_floor_claims_nothing() -> None:
+    m = mix_of(Demand(8, 0, 0, AB), Demand(1, 0, 96, A), floor=0.02)
+    m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
+    big = ("a", 8, 8, 768)
+    pressure = m.pool_pressures({("a", 1, 8, 32): 100, big: 100, ("b", 8, 8, 768): 200})
+    # Only the 96-memory order's claim: 1 of the 9 GPUs ordered, of the 400 free.
+    assert pressure[big] == pytest.approx(400 / 9 / 100)

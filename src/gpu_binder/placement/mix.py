@@ -357,17 +357,32 @@ class Mix:
         `pressures` pours them into their classes, but into the pools of those classes
         that hold them, so a class's pool that most of its claims cannot use (1-GPU nodes
         for 8-GPU claims, 32 GiB nodes for 96 GiB ones) is priced by the claims it can
-        take, and the pool they must go to by all of theirs."""
+        take, and the pool they must go to by all of theirs.
+
+        While the mix knows no order as big as a class's largest node, the whole-node
+        floor's assumed orders (see fragmentation) claim the class's largest pools as
+        well: otherwise a pool that only orders not yet seen will need looked the cheapest
+        to the orders seen (sweep draws 4005 and 5019, docs/PLACEMENT.md)."""
         free_total = sum(free.values())
         claimed = {p: 0.0 for p, n in free.items() if n > 0}
         if self.gpus and free_total:
-            sets: list[tuple[int, list[Pool], int]] = []
+            sets: list[tuple[int, list[Pool], float]] = []
             for pools, gpus in self.by_pools.items():
                 room = [p for p in pools if p in claimed]
                 if room:
                     sets.append((len(room), room, gpus))
-            for _, room, gpus in sorted(sets):
-                _pour(claimed, free, room, free_total * gpus / self.gpus)
+            for c, shapes in (self._shapes or {}).items():
+                size = max((g for g, _, _ in shapes), default=0)
+                share = self.floor_share(c, size)
+                if not share:
+                    continue
+                room = sorted((c, g, cpu, memory) for g, cpu, memory in shapes if g == size)
+                room = [p for p in room if p in claimed]
+                if room:
+                    # In GPUs ordered: the floor's share of the orders, each of `size`.
+                    sets.append((len(room), room, share * size * self.orders))
+            for _, room, ordered in sorted(sets):
+                _pour(claimed, free, room, free_total * ordered / self.gpus)
         return {p: claimed[p] / free[p] for p in claimed}
 
     def serves_claims(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> bool:
