@@ -1,7 +1,11 @@
 """The API server's own account of the requests it served, by verb and resource: how many
 (`apiserver_request_total`) and how long they took it (`apiserver_request_duration_seconds`,
 admission webhooks and priority-and-fairness queueing included): what one start costs the
-API server, with gpu-binder in the path and without."""
+API server, with gpu-binder in the path and without. And how long its calls of each
+mutating webhook took, as the API server timed them
+(`apiserver_admission_webhook_admission_duration_seconds`: connection, TLS, the wait in
+the webhook process and its answer), beside which the webhook's own timing of its answer
+says how much of a call was spent outside the handler."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ _SAMPLE = re.compile(r"^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 COUNT = "apiserver_request_total"
 SECONDS = "apiserver_request_duration_seconds_sum"
+WEBHOOK = "apiserver_admission_webhook_admission_duration_seconds"
 
 
 @dataclass
@@ -24,6 +29,9 @@ class Served:
 
     requests: Counter[str] = field(default_factory=Counter)
     seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # Mutating webhook calls by webhook name: how many, and the seconds they took.
+    calls: Counter[str] = field(default_factory=Counter)
+    call_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 async def served(cp: ControlPlane) -> Served:
@@ -31,9 +39,17 @@ async def served(cp: ControlPlane) -> Served:
     out = Served()
     for line in resp.body.decode().splitlines():
         m = _SAMPLE.match(line)
-        if m is None or m["name"] not in (COUNT, SECONDS):
+        if m is None:
             continue
         labels = dict(_LABEL.findall(m["labels"]))
+        if m["name"] in (f"{WEBHOOK}_count", f"{WEBHOOK}_sum"):
+            if m["name"].endswith("_count"):
+                out.calls[labels.get("name", "")] += int(float(m["value"]))
+            else:
+                out.call_seconds[labels.get("name", "")] += float(m["value"])
+            continue
+        if m["name"] not in (COUNT, SECONDS):
+            continue
         if labels.get("verb") in ("WATCH", "CONNECT"):
             continue  # long-running: counted when they end
         key = f"{labels.get('verb', '')} {labels.get('resource', '')}"
@@ -59,6 +75,19 @@ def per_start(before: Served, after: Served, starts: int, top: int = 40) -> dict
         }
     out["total"] = round(sum(requests.values()) / max(1, starts), 1)
     return out
+
+
+def webhook_calls(before: Served, after: Served) -> dict[str, dict[str, float]]:
+    """Between two accounts, per mutating webhook: its calls and their mean time, as the
+    API server timed them."""
+    calls = after.calls - before.calls
+    return {
+        name: {
+            "n": n,
+            "mean_ms": round((after.call_seconds[name] - before.call_seconds[name]) / n * 1e3, 1),
+        }
+        for name, n in sorted(calls.items())
+    }
 
 
 async def quiet(

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 GC_PAUSES = ("gpu_binder_gc_pause_duration_seconds", "generation", (0.1, 0.25, 0.5))
 PASSES = ("gpu_binder_pass_duration_seconds", "key", (0.25, 1.0, 5.0))
 WEBHOOKS = ("gpu_binder_webhook_duration_seconds", "webhook", (0.05, 0.25, 1.0))
+LOOP_LAG = ("gpu_binder_event_loop_lag_duration_seconds", "", (0.05, 0.25, 1.0))
 
 # By label value: count, sum and the count at or below each bucket bound (keyed by the
 # bound as str(float), whatever the exposition's spelling), summed over other labels.
@@ -76,7 +77,12 @@ def since(before: Histogram, after: Histogram, long: tuple[float, ...]) -> dict[
 
 def both(before: str, after: str) -> dict[str, object]:
     """The collector's pauses, the passes and the webhooks' answers between two scrapes."""
-    families = (("gc_pauses", GC_PAUSES), ("passes", PASSES), ("webhooks", WEBHOOKS))
+    families = (
+        ("gc_pauses", GC_PAUSES),
+        ("passes", PASSES),
+        ("webhooks", WEBHOOKS),
+        ("loop_lag", LOOP_LAG),
+    )
     return {
         name: since(parse(before, family, label), parse(after, family, label), long)
         for name, (family, label, long) in families

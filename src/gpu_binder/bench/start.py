@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from typing import Any
 
 from gpu_binder.api.pod import Pod
 from gpu_binder.api.types import GPUDevice
-from gpu_binder.bench import apicalls, histograms, kubevirt, ledger
+from gpu_binder.bench import apicalls, cpu, histograms, kubevirt, ledger
 from gpu_binder.binder import Config
 from gpu_binder.client.errors import ApiError
 from gpu_binder.devcluster import fleet
@@ -169,10 +170,16 @@ class Bench:
         self.per_vm = per_vm
         self.gc_freeze_interval = gc_freeze_interval
         self.metrics_url = ""
+        self.running: dict[str, Process] = {}
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of every process of the bench (bench.cpu)."""
+        pids = {name: p.pid for name, p in (self.cp.processes() | self.running).items()}
+        return cpu.account(pids | {cpu.BENCH: os.getpid()})
 
     async def run(self, kwok: Path) -> dict[str, Any]:
         client = KubeClient(await load(str(self.cp.kubeconfig)), pool=256, timeout=60)
-        kwok_proc = start_kwok(kwok, self.work, self.cp.kubeconfig)
+        kwok_proc = self.running["kwok"] = start_kwok(kwok, self.work, self.cp.kubeconfig)
         binder: Process | None = None
         try:
             await self.seed(client)
@@ -180,25 +187,28 @@ class Bench:
             scheduled = Scheduled()
             watch = asyncio.create_task(scheduled.watch(client))
             try:
-                t = await apicalls.served(self.cp)
+                t, c = await apicalls.served(self.cp), self.cpu()
                 alone = await self.burst(client, scheduled, "kv")
                 alone["api_requests_per_start"] = apicalls.per_start(
                     t, await apicalls.served(self.cp), self.vms
                 )
+                alone["cpu_ms_per_start"] = cpu.per_start(c, self.cpu(), self.vms)
                 say(f"KubeVirt alone: {alone}")
                 await self.delete_vms(client)
-                binder = self.start_binder(client)
+                binder = self.running["gpu-binder"] = self.start_binder(client)
                 await self.settled(client, binder)
-                t0 = await apicalls.served(self.cp)
+                t0, c0 = await apicalls.served(self.cp), self.cpu()
                 baseline = await self._baseline(client, scheduled)
-                t1 = await apicalls.served(self.cp)
+                t1, c1 = await apicalls.served(self.cp), self.cpu()
                 baseline["api_requests_per_start"] = apicalls.per_start(t0, t1, self.vms)
+                baseline["cpu_ms_per_start"] = cpu.per_start(c0, c1, self.vms)
                 say(f"baseline: {baseline}")
                 metrics = await histograms.scrape(self.metrics_url)
                 ours = await self.burst(client, scheduled, "vm")
-                ours["api_requests_per_start"] = apicalls.per_start(
-                    t1, await apicalls.served(self.cp), self.vms
-                )
+                t2 = await apicalls.served(self.cp)
+                ours["cpu_ms_per_start"] = cpu.per_start(c1, self.cpu(), self.vms)
+                ours["api_requests_per_start"] = apicalls.per_start(t1, t2, self.vms)
+                ours["webhook_calls"] = apicalls.webhook_calls(t1, t2)
                 ours |= histograms.both(metrics, await histograms.scrape(self.metrics_url))
                 ours["ledger"] = await ledger.unrecorded(
                     client, NAMESPACE, Config().ledger_namespace

@@ -34,6 +34,23 @@ def table(figures: dict[str, Any]) -> str:
             return "-"
         return f"{f['n']} / {1e3 * f['seconds'] / f['n']:.0f} / {f['over_0.25_s']}"
 
+    def called(d: dict[str, Any], prefix: str) -> str:
+        # As the API server timed its calls of the webhook (bench.apicalls.webhook_calls).
+        for name, f in (d.get("webhook_calls") or {}).items():
+            if name.startswith(prefix):
+                return f"{f['n']} / {f['mean_ms']:.0f}"
+        return "-"
+
+    def lag(d: dict[str, Any]) -> str:
+        f = (d.get("loop_lag") or {}).get("")
+        if not f or not f["n"]:
+            return "-"
+        return f"{1e3 * f['seconds'] / f['n']:.0f} / {f['over_0.05_s']} / {f['over_0.25_s']}"
+
+    def cpu(d: dict[str, Any], name: str) -> str:
+        value = (d.get("cpu_ms_per_start") or {}).get(name)
+        return "-" if value is None else f"{value:.1f}"
+
     def total(d: dict[str, Any]) -> str:
         return str((d.get("api_requests_per_start") or {}).get("total", "-"))
 
@@ -59,6 +76,11 @@ def table(figures: dict[str, Any]) -> str:
         ("starts per second", str(g["starts_per_s"]), str(k.get("starts_per_s", "-")),
          str(b["starts_per_s"])),
         ("API requests per start", total(g), total(k), total(b)),
+        ("CPU ms per start: kube-apiserver", cpu(g, "kube-apiserver"),
+         cpu(k, "kube-apiserver"), cpu(b, "kube-apiserver")),
+        ("CPU ms per start: etcd", cpu(g, "etcd"), cpu(k, "etcd"), cpu(b, "etcd")),
+        ("CPU ms per start: gpu-binder", cpu(g, "gpu-binder"), "-", "-"),
+        ("CPU ms per start: every process", cpu(g, "total"), cpu(k, "total"), cpu(b, "total")),
         ("pods not on their set's node", str(g["pods_not_on_their_sets_node"]), "-", "-"),
         ("GPUs without an Attached / a Reserved record", unrecorded(g), "-", "-"),
         ("VMIs refused, then created again", str(g["vmi_refused_then_retried"]), "-", "-"),
@@ -71,6 +93,9 @@ def table(figures: dict[str, Any]) -> str:
         ("full passes: n / s / over 1 s", passes(g, PASS_KEY), "-", "-"),
         ("VMI webhook held: n / mean ms / over 0.25 s", held(g, "vmi"), "-", "-"),
         ("pod webhook held: n / mean ms / over 0.25 s", held(g, "pod"), "-", "-"),
+        ("VMI webhook called by the API server: n / mean ms", called(g, "vmi."), "-", "-"),
+        ("pod webhook called by the API server: n / mean ms", called(g, "pod."), "-", "-"),
+        ("binder's event loop late: mean ms / over 50 / 250 ms", lag(g), "-", "-"),
     ]  # fmt: skip
     head = (
         f"{figures['vms']} starts of {figures['gpus_per_vm']} GPUs on {figures['nodes']} "

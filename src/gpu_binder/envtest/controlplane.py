@@ -167,6 +167,11 @@ class ControlPlane:
 
     # ---------------------------------------------------------------- accessors
 
+    def processes(self) -> dict[str, Process]:
+        """The running processes by name: etcd, kube-apiserver and the components."""
+        named = {"etcd": self._etcd, "kube-apiserver": self._apiserver, **self._running}
+        return {name: p for name, p in named.items() if p is not None}
+
     def _require(self) -> Path:
         if self._work is None or self._url is None:
             raise ControlPlaneError("control plane not started")

@@ -78,6 +78,11 @@ class Process:
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs (for its CPU account, bench.cpu)."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:

@@ -29,6 +29,7 @@ from gpu_binder.kube.controller import Controller
 from gpu_binder.kube.events import BackgroundRecorder
 from gpu_binder.kube.leaderelection import LeaderElector, Timings
 from gpu_binder.kube.ledgerfold import fold
+from gpu_binder.kube.looplag import LoopLag
 from gpu_binder.kube.metrics import RunMetrics
 from gpu_binder.kube.metricsauth import TokenAuthorizer
 from gpu_binder.kube.metricsserver import MetricsServer
@@ -106,6 +107,7 @@ class Manager:
         self.collector = Collector(
             self.metrics.registry, self.options.gc_freeze_interval, lambda: self.ready
         )
+        self.loop_lag = LoopLag(self.metrics.registry)
         self.queue = WorkQueue(first=[REQUESTS_KEY])
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)
@@ -194,6 +196,7 @@ class Manager:
 
     async def start(self) -> None:
         self.collector.start()
+        self.loop_lag.start()
         self.informers.start()
         self._fold = asyncio.create_task(
             fold(self.client, self.config.ledger_namespace, self.totals), name="ledger-fold"
@@ -257,6 +260,7 @@ class Manager:
         if self._lease_client is not self.client:
             await self._lease_client.close()
         await self.collector.stop()
+        await self.loop_lag.stop()
         log.info("stopped", extra={"identity": self.options.identity})
 
     def _started_leading(self) -> None:

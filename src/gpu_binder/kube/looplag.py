@@ -1,0 +1,57 @@
+"""How late the event loop runs what is ready: the wait a webhook review, a watch event or
+a lease renewal sees before this process gets to it.
+
+Everything of the binder shares one event loop: the informers' decoding, the passes'
+decisions, the writes' round trips and both webhooks. A review the API server sends while
+the loop is busy is read only when the callback in progress returns, and that wait is in
+no handler's own timing (`gpu_binder_webhook_duration_seconds` starts at the read). A task
+that asks to wake every `interval` and measures how late it woke sees the longest of
+those stretches, which is what an operator needs to tell a slow webhook from a busy
+process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Histogram
+
+BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class LoopLag:
+    """Samples the event loop's lateness every `interval` seconds into a histogram."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        interval: float = 0.1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.interval = interval
+        self._clock = clock
+        self.lag = Histogram(
+            "gpu_binder_event_loop_lag_duration_seconds",
+            "How late the event loop woke a task due now (sampled every 0.1 s): the wait "
+            "of a webhook review or a watch event behind the work in progress",
+            registry=registry,
+            buckets=BUCKETS,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="loop-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            due = self._clock() + self.interval
+            await asyncio.sleep(self.interval)
+            self.lag.observe(max(0.0, self._clock() - due))
