@@ -1,6 +1,7 @@
 """Hedged ranking: the mix decides only where it can tell scores apart; within its
-sampling error the nodes go in first-fit order, whole nodes kept whole first, and a node
-the order fills goes first where a known order needs the gap first fit would cut."""
+sampling error the nodes go in first-fit order, whole nodes kept whole first with GPUs no
+known order needs in their place, and a node the order fills goes first where a known
+order needs the gap first fit would cut."""
 
 from __future__ import annotations
 
@@ -97,3 +98,35 @@ def test_a_few_hundred_orders_agreeing_keep_a_gpu_from_being_left_without_cores(
     cramped = Candidate("node-a", {"a": 2}, cpu_free=32_000)
     whole = Candidate("node-b", {"a": 4}, cpu_free=128_000)
     assert first_of(outlook, (cramped, {"a": 1}), (whole, {"a": 1}), cpu=24_000) == "node-b"
+
+
+def test_a_whole_node_is_kept_whole_with_a_node_of_another_class_no_known_order_needs() -> None:
+    # node-a is a whole a node first in node order; node-b, a node of b's largest size
+    # the pair fills, breaks nothing, and every known order could use a as well as b.
+    mix = Mix()
+    mix.add(Demand(2, 0, 0, frozenset({"a", "b"})), 2)
+    outlook = Outlook(mix, {}, {"a": 8, "b": 2})
+    whole, small = Candidate("node-a", {"a": 8}), Candidate("node-b", {"b": 2})
+    assert first_of(outlook, (whole, {"a": 2}), (small, {"b": 2})) == "node-b"
+
+
+def test_a_whole_node_is_not_kept_whole_with_gpus_a_known_order_needs_in_its_place() -> None:
+    # A known pair takes b only: node-b is its home, and the flexible pair filling it
+    # would leave it nowhere. Which pool to draw on is the price's question: within the
+    # margin, first fit decides, and node-a comes first in node order.
+    mix = Mix()
+    mix.add(Demand(2, 0, 0, frozenset({"a", "b"})), 2)
+    mix.add(Demand(2, 0, 0, frozenset({"b"})), 1)
+    outlook = Outlook(mix, {}, {"a": 8, "b": 2})
+    whole, small = Candidate("node-a", {"a": 8}), Candidate("node-b", {"b": 2})
+    assert first_of(outlook, (whole, {"a": 2}), (small, {"b": 2})) == "node-a"
+
+
+def test_a_whole_node_is_kept_whole_with_a_broken_node_of_its_own_class() -> None:
+    # Orders restricted to a do not stop the pair from keeping an a node whole with
+    # another a node: it draws on the same pool either way.
+    mix = Mix()
+    mix.add(Demand(2, 0, 0, A), 3)
+    outlook = Outlook(mix, {}, {"a": 8})
+    whole, broken = Candidate("node-a", {"a": 8}), Candidate("node-b", {"a": 5})
+    assert first_of(outlook, (whole, {"a": 2}), (broken, {"a": 2})) == "node-b"

@@ -264,3 +264,20 @@ def test_once_an_order_of_the_largest_size_is_known_the_floor_claims_nothing() -
     pressure = m.pool_pressures({("a", 1, 8, 32): 100, big: 100, ("b", 8, 8, 768): 200})
     # Only the 96-memory order's claim: 1 of the 9 GPUs ordered, of the 400 free.
     assert pressure[big] == pytest.approx(400 / 9 / 100)
+
+
+def test_a_class_is_needed_instead_of_another_by_an_order_that_holds_it_and_not_the_other() -> None:
+    mix = Mix()
+    mix.add(Demand(1, 0, 0, frozenset({"a", "b"})), 5)
+    assert not mix.needs_instead("b", "a")
+    mix.add(Demand(1, 0, 0, frozenset({"b"})))
+    assert mix.needs_instead("b", "a")
+    assert not mix.needs_instead("a", "b")
+
+
+def test_an_order_no_node_shape_of_the_other_class_holds_needs_its_class_instead() -> None:
+    # The order accepts both classes, but only b has nodes big enough for 8 GPUs.
+    mix = Mix()
+    mix.set_shapes({"a": frozenset({(2, 64_000, 0)}), "b": frozenset({(8, 64_000, 0)})})
+    mix.add(Demand(8, 0, 0, frozenset({"a", "b"})))
+    assert mix.needs_instead("b", "a")

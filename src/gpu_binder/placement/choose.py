@@ -134,10 +134,11 @@ def breaks_whole(f: Fit, outlook: Outlook) -> bool:
 
 def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ranked]:
     """Best first, as rank_key orders them — except among the entries whose scores the mix
-    cannot tell from the best (within `margin`): those that keep a whole node whole go
-    first, then the rest, each in first-fit order (by name, the node order); and a node
-    of the first one's class that the order fills exactly goes before it when a known
-    order needs the first one's free GPUs whole (`gap_needed`).
+    cannot tell from the best (within `margin`): those go in first-fit order (by name, the
+    node order), except that where the first would break a whole node, those that keep
+    it whole go first (`keeps_whole_instead`); and a node of the first one's class that
+    the order fills exactly goes before it when a known order needs the first one's free
+    GPUs whole (`gap_needed`).
 
     Scores read the known orders as if they were the orders to come. While those are few,
     a class's price or a node's stranding differs from another's by the sampling noise of
@@ -146,7 +147,11 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
     fit favours no class (the node order is arbitrary), so where the mix knows no better
     the binder does as first fit does, with two bets of its own that the mix's noise is
     not needed to justify; its confidence grows with every order it sees. One keeps
-    whole nodes whole. The other fills a node exactly, within one class: of two nodes of
+    whole nodes whole, with a node of its own class or of a class no known order needs
+    in its place: a small node of another class is the home of the orders restricted to
+    that class, and a flexible order that fills it to keep a big node whole leaves them
+    nowhere to go (sweep draw 5019, docs/PLACEMENT.md). The other fills a node exactly,
+    within one class: of two nodes of
     the same GPUs, the one with just the order's GPUs free is left with nothing to
     strand, and the other keeps its larger gap for the larger orders known to fit it,
     where first fit's order would cut that gap and leave both small. Where no known
@@ -161,12 +166,28 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
     top = keyed[0][0][0]
     cut = margin(keyed[0][1][0], outlook)
     near = [e for key, e in keyed if key[0] <= top + cut]
-    near.sort(key=lambda e: (breaks_whole(e[0], outlook), e[0].node))
+    near.sort(key=lambda e: e[0].node)
     lead = near[0][0]
+    if breaks_whole(lead, outlook):
+        # Stable: the nodes that keep it whole go first, each in node order.
+        near.sort(key=lambda e: not keeps_whole_instead(e[0], lead, outlook))
+        lead = near[0][0]
     if gap_needed(lead, outlook):
         # Stable: the nodes the order fills keep their node order, and so does the rest.
         near.sort(key=lambda e: not (e[0].leftover == 0 and e[0].class_name == lead.class_name))
     return near + [e for key, e in keyed[len(near) :]]
+
+
+def keeps_whole_instead(f: Fit, lead: Fit, outlook: Outlook) -> bool:
+    """May the order go to f rather than break the whole node `lead`? Only where f breaks
+    no whole node, and draws on the lead's own class or on GPUs no known order needs in
+    place of it (Mix.needs_instead): a node of another class that a known order can use
+    and the lead's class cannot is that order's, and which pool to draw on is the
+    price's question, not the fallback's."""
+    if breaks_whole(f, outlook):
+        return False
+    c = f.class_name
+    return c == lead.class_name or not outlook.mix.needs_instead(c, lead.class_name)
 
 
 def gap_needed(f: Fit, outlook: Outlook) -> bool:

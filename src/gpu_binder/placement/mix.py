@@ -327,6 +327,15 @@ class Mix:
         at_least = self.fitting(class_name, whole, UNLIMITED, UNLIMITED)
         return at_least > self.fitting(class_name, whole - 1, UNLIMITED, UNLIMITED)
 
+    def needs_instead(self, class_name: str, instead_of: str) -> bool:
+        """Does a known order need GPUs of class_name where it cannot use instead_of's: one
+        whose classes with a node shape that holds it (`effective`) hold the one and not
+        the other? An order that could use either, taking class_name's, would displace it."""
+        return any(
+            gpus > 0 and class_name in classes and instead_of not in classes
+            for classes, gpus in self.by_effective.items()
+        )
+
     def pressures(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> dict[str, float]:
         """Per class, the share of its free GPUs that restricted orders will claim as the
         cluster fills (above 1 the class is oversubscribed).
