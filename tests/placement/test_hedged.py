@@ -100,26 +100,30 @@ def test_a_few_hundred_orders_agreeing_keep_a_gpu_from_being_left_without_cores(
     assert first_of(outlook, (cramped, {"a": 1}), (whole, {"a": 1}), cpu=24_000) == "node-b"
 
 
-def test_a_whole_node_is_kept_whole_with_a_node_of_another_class_no_known_order_needs() -> None:
-    # node-a is a whole a node first in node order; node-b, a node of b's largest size
-    # the pair fills, breaks nothing, and every known order could use a as well as b.
+def whole_a_or_small_b(*restricted: frozenset[str]) -> str:
+    """The first node for a flexible pair: node-a, a whole a node first in node order, or
+    node-b, a node of b's largest size the pair fills (breaking nothing); the mix knows
+    two flexible pairs and one pair of each `restricted` set of classes."""
     mix = Mix()
     mix.add(Demand(2, 0, 0, frozenset({"a", "b"})), 2)
+    for classes in restricted:
+        mix.add(Demand(2, 0, 0, classes))
     outlook = Outlook(mix, {}, {"a": 8, "b": 2})
     whole, small = Candidate("node-a", {"a": 8}), Candidate("node-b", {"b": 2})
-    assert first_of(outlook, (whole, {"a": 2}), (small, {"b": 2})) == "node-b"
+    return first_of(outlook, (whole, {"a": 2}), (small, {"b": 2}))
+
+
+def test_a_whole_node_is_kept_whole_with_a_node_of_another_class_no_known_order_needs() -> None:
+    # Every known order could use a as well as b; an a-only one does not need b either.
+    assert whole_a_or_small_b() == "node-b"
+    assert whole_a_or_small_b(frozenset({"a"})) == "node-b"
 
 
 def test_a_whole_node_is_not_kept_whole_with_gpus_a_known_order_needs_in_its_place() -> None:
     # A known pair takes b only: node-b is its home, and the flexible pair filling it
     # would leave it nowhere. Which pool to draw on is the price's question: within the
     # margin, first fit decides, and node-a comes first in node order.
-    mix = Mix()
-    mix.add(Demand(2, 0, 0, frozenset({"a", "b"})), 2)
-    mix.add(Demand(2, 0, 0, frozenset({"b"})), 1)
-    outlook = Outlook(mix, {}, {"a": 8, "b": 2})
-    whole, small = Candidate("node-a", {"a": 8}), Candidate("node-b", {"b": 2})
-    assert first_of(outlook, (whole, {"a": 2}), (small, {"b": 2})) == "node-a"
+    assert whole_a_or_small_b(frozenset({"b"})) == "node-a"
 
 
 def test_a_whole_node_is_kept_whole_with_a_broken_node_of_its_own_class() -> None:
