@@ -25,6 +25,7 @@ import pytest
 import yaml
 from realcluster import DEPLOY, put, uid
 
+from gpu_binder.binder import Config
 from gpu_binder.envtest import AssetsBuildError, AssetsUnavailable, ControlPlane
 from gpu_binder.envtest.helm import ensure_helm
 
@@ -33,6 +34,8 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(1200)]
 
 CHART = DEPLOY / "helm" / "gpu-binder"
 APPLY = "application/apply-patch+yaml"
+# The chart's default ledger namespace (ledger.namespace), the binder's default too.
+LEDGER_NAMESPACE = Config().ledger_namespace
 # Labels only the chart sets (deploy/ has no release): left out of the comparison.
 RELEASE_LABELS = {
     "helm.sh/chart",
@@ -558,7 +561,10 @@ def dry_run_apply(cp: ControlPlane, docs: list[dict[str, Any]]) -> None:
 def test_every_object_of_the_default_render_is_accepted_by_the_api_server(
     helm: Path, cluster: ControlPlane
 ) -> None:
-    put(cluster, {"kind": "Namespace", "metadata": {"name": "gpu-binder"}})
+    # The render's own ledger Namespace is a dry run too, so its Role needs it made first
+    # (helm creates namespaces before what goes in them); alone, this test found none.
+    for ns in ("gpu-binder", LEDGER_NAMESPACE):
+        put(cluster, {"kind": "Namespace", "metadata": {"name": ns}})
     docs = render(helm, release=f"check-{uid()}")
     assert len(docs) >= 17
     dry_run_apply(cluster, docs)
@@ -568,7 +574,7 @@ def test_every_object_of_another_render_is_accepted_by_the_api_server(
     helm: Path, cluster: ControlPlane, tmp_path: Path
 ) -> None:
     monitoring = f"monitoring-{uid()}"
-    for ns in ("gpu-system", monitoring, "tenant-a"):
+    for ns in ("gpu-system", monitoring, "tenant-a", LEDGER_NAMESPACE):
         put(cluster, {"kind": "Namespace", "metadata": {"name": ns}})
     values = other_values(certs_of(cluster), monitoring, fullname=f"gb-{uid()}")
     docs = render(helm, "gb", "gpu-system", values, tmp_path)
