@@ -10,7 +10,6 @@ from gpu_binder.bench.histograms import GC_PAUSES, both, parse, since
 from gpu_binder.binder import PASS_KEY, REQUESTS_KEY
 from gpu_binder.binder.metrics import Metrics
 from gpu_binder.kube.collector import Pauses
-from gpu_binder.kube.looplag import LoopLag
 from gpu_binder.kube.metrics import RunMetrics
 
 
@@ -77,10 +76,10 @@ def test_a_webhooks_answers_are_summed_over_allowed_and_denied() -> None:
 
 def test_the_event_loop_lag_is_read_without_a_label() -> None:
     registry = CollectorRegistry()
-    lag = LoopLag(registry)
+    run = RunMetrics(registry)
     before = generate_latest(registry).decode()
-    lag.lag.observe(0.002)
-    lag.lag.observe(0.4)
+    run.loop_lag.observe(0.002)
+    run.loop_lag.observe(0.4)
     assert both(before, generate_latest(registry).decode())["loop_lag"] == {
         "": {"n": 2, "seconds": 0.402, "over_0.05_s": 1, "over_0.25_s": 1, "over_1.0_s": 0}
     }

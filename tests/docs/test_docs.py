@@ -125,10 +125,8 @@ def test_every_metric_the_docs_name_is_exported() -> None:
                 wrapper.labels(*("x" for _ in wrapper._labelnames))
     metrics.tenants.held = {("t", "c", "bound"): 1}
     from gpu_binder.kube.collector import Pauses
-    from gpu_binder.kube.looplag import LoopLag
 
     registry.register(Pauses())
-    LoopLag(registry)
     # The collectors read from a world: one with a quota and a closed record's seconds.
     from gpu_binder.api.quota import ResourceQuota
     from gpu_binder.api.types import GPUClass

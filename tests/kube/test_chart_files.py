@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 from gpu_binder.binder.metrics import Metrics
-from gpu_binder.kube.looplag import LoopLag
 from gpu_binder.kube.metrics import RunMetrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +42,6 @@ def exported() -> dict[str, set[str]]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     run = RunMetrics(registry)
-    LoopLag(registry)
     for owner in (metrics, run):
         for wrapper in vars(owner).values():
             if isinstance(wrapper, MetricWrapperBase) and wrapper._labelnames:

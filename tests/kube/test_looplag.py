@@ -8,6 +8,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from gpu_binder.kube.looplag import LoopLag
+from gpu_binder.kube.metrics import RunMetrics
 
 FAMILY = "gpu_binder_event_loop_lag_duration_seconds"
 
@@ -19,7 +20,7 @@ def observed(registry: CollectorRegistry, bound: str) -> float:
 
 async def test_a_callback_that_holds_the_loop_shows_as_lag() -> None:
     registry = CollectorRegistry()
-    lag = LoopLag(registry, interval=0.01)
+    lag = LoopLag(RunMetrics(registry).loop_lag, interval=0.01)
     lag.start()
     await asyncio.sleep(0.05)
     time.sleep(0.3)  # a pass deciding without yielding
@@ -31,7 +32,7 @@ async def test_a_callback_that_holds_the_loop_shows_as_lag() -> None:
 
 async def test_an_idle_loop_is_not_late() -> None:
     registry = CollectorRegistry()
-    lag = LoopLag(registry, interval=0.01)
+    lag = LoopLag(RunMetrics(registry).loop_lag, interval=0.01)
     lag.start()
     await asyncio.sleep(0.2)
     await lag.stop()

@@ -21,7 +21,6 @@ from gpu_binder.binder.ledgertotals import LedgerTotals
 from gpu_binder.binder.metrics import Metrics, version
 from gpu_binder.cache import World
 from gpu_binder.kube.collector import Pauses
-from gpu_binder.kube.looplag import LoopLag
 from gpu_binder.kube.metrics import RunMetrics
 
 PREFIX = "gpu_binder_"
@@ -33,7 +32,6 @@ def exposition() -> str:
     metrics = Metrics(registry)
     run = RunMetrics(registry)
     registry.register(Pauses())
-    LoopLag(registry)
     for owner in (metrics, run):
         for wrapper in vars(owner).values():
             if isinstance(wrapper, MetricWrapperBase) and wrapper._labelnames:

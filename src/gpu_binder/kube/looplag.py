@@ -16,29 +16,22 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Histogram
-
-BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+from prometheus_client import Histogram
 
 
 class LoopLag:
-    """Samples the event loop's lateness every `interval` seconds into a histogram."""
+    """Samples the event loop's lateness every `interval` seconds into `lag`
+    (RunMetrics.loop_lag)."""
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        lag: Histogram,
         interval: float = 0.1,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        self.lag = lag
         self.interval = interval
         self._clock = clock
-        self.lag = Histogram(
-            "gpu_binder_event_loop_lag_duration_seconds",
-            "How late the event loop woke a task due now (sampled every 0.1 s): the wait "
-            "of a webhook review or a watch event behind the work in progress",
-            registry=registry,
-            buckets=BUCKETS,
-        )
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -104,10 +104,10 @@ class Manager:
             self.metrics.gpu_seconds.clock = clock
         self._fold: asyncio.Task[None] | None = None
         self.run_metrics = RunMetrics(self.metrics.registry)
+        self.loop_lag = LoopLag(self.run_metrics.loop_lag)
         self.collector = Collector(
             self.metrics.registry, self.options.gc_freeze_interval, lambda: self.ready
         )
-        self.loop_lag = LoopLag(self.metrics.registry)
         self.queue = WorkQueue(first=[REQUESTS_KEY])
         self.informers = Informers([self._informer(kind) for kind in WATCHED])
         self.recorder = BackgroundRecorder(client, self.options.identity)

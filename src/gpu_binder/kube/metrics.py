@@ -38,6 +38,13 @@ class RunMetrics:
             ["reason"],
             registry=registry,
         )
+        self.loop_lag = Histogram(
+            "gpu_binder_event_loop_lag_duration_seconds",
+            "How late the event loop woke a task due now (sampled every 0.1 s, kube.looplag): "
+            "the wait of a webhook review or a watch event behind the work in progress",
+            registry=registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
         self.cert_reloads = Counter(
             "gpu_binder_webhook_cert_reloads", "Serving certificate reloads", registry=registry
         )
