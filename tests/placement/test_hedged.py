@@ -11,6 +11,7 @@ from gpu_binder.placement import Candidate, Demand, Mix, Outlook, hedged, least_
 from gpu_binder.placement.choose import fit, margin
 
 A = frozenset({"a"})
+AB = frozenset({"a", "b"})
 PAIR = Demand(2, 0, 0, A)
 
 
@@ -124,6 +125,19 @@ def test_a_whole_node_is_not_kept_whole_with_gpus_a_known_order_needs_in_its_pla
     # would leave it nowhere. Which pool to draw on is the price's question: within the
     # margin, first fit decides, and node-a comes first in node order.
     assert whole_a_or_small_b(frozenset({"b"})) == "node-a"
+
+
+def test_a_whole_node_is_kept_whole_with_a_small_node_no_order_needing_its_class_fits() -> None:
+    # Sweep draw 3: the 8-GPU orders need b (only b has 8-GPU nodes), but not b's 1-GPU
+    # nodes, so a 1-GPU order may fill one of those to keep an a node whole.
+    mix = Mix()
+    mix.set_shapes({"a": frozenset({(4, 0, 0)}), "b": frozenset({(1, 0, 0), (8, 0, 0)})})
+    mix.add(Demand(1, 0, 0, AB), 2)
+    mix.add(Demand(8, 0, 0, AB), 2)
+    outlook = Outlook(mix, {}, {"a": 4, "b": 8})
+    whole = Candidate("node-a", {"a": 4}, shape=(4, 0, 0))
+    small = Candidate("node-b", {"b": 1}, shape=(1, 0, 0))
+    assert first_of(outlook, (whole, {"a": 1}), (small, {"b": 1})) == "node-b"
 
 
 def test_a_whole_node_is_kept_whole_with_a_broken_node_of_its_own_class() -> None:

@@ -281,3 +281,13 @@ def test_an_order_no_node_shape_of_the_other_class_holds_needs_its_class_instead
     mix.set_shapes({"a": frozenset({(2, 64_000, 0)}), "b": frozenset({(8, 64_000, 0)})})
     mix.add(Demand(8, 0, 0, frozenset({"a", "b"})))
     assert mix.needs_instead("b", "a")
+
+
+def test_an_order_needs_a_class_instead_only_in_the_pools_that_hold_it() -> None:
+    # Only b's 8-GPU nodes hold the 8-GPU order; b's 1-GPU nodes are no use to it.
+    mix = Mix()
+    one, eight = (1, 64_000, 0), (8, 64_000, 0)
+    mix.set_shapes({"a": frozenset({(2, 64_000, 0)}), "b": frozenset({one, eight})})
+    mix.add(Demand(8, 0, 0, frozenset({"a", "b"})))
+    assert mix.needs_instead("b", "a", eight)
+    assert not mix.needs_instead("b", "a", one)

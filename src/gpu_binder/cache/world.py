@@ -43,6 +43,7 @@ from gpu_binder.cache.vmiorder import Resolved, revision_key
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.placement.mix import Demand, Mix
 from gpu_binder.placement.options import group
+from gpu_binder.placement.recent import Recent
 
 # Deleted VMIs whose finish time is kept: far more than end between two passes.
 ENDED_VMIS_KEPT = 10_000
@@ -157,10 +158,10 @@ class World(Orders):
         # Told of every bind request change, the binder's own answers (write-through)
         # included: the webhook's admissions wait on it (webhook.answers).
         self.on_request: Callable[[GPUBindRequest, bool], None] | None = None
-        # The order mix placement weighs free GPUs by: every order's demand, kept as VMs
-        # (and standalone VMIs) come, change and go (see placement.mix).
+        # The order mix placement weighs free GPUs by: the newest orders' demands, kept as
+        # VMs (and standalone VMIs) come, change and go (see placement.mix, .recent).
         self.mix = Mix()
-        self._demands: dict[str, tuple[Demand, ...]] = {}
+        self.recent = Recent(self.mix)
 
     # --- feeding ----------------------------------------------------------------------
 
@@ -469,7 +470,7 @@ class World(Orders):
         self._orders.clear()
         self.needs_full = True
         self.dirty.update(self.devices.by_name)
-        for key in set(self._demands) | set(self.vms) | self.standalone:
+        for key in self.recent.keys() | set(self.vms) | self.standalone:
             self._order_changed(key)
 
     def _order_changed(self, key: str) -> None:
@@ -492,12 +493,8 @@ class World(Orders):
                 source.cpu_milli,
                 source.memory_bytes,
             )
-        for d in self._demands.pop(key, ()):
-            self.mix.remove(d)
-        if demands:
-            self._demands[key] = demands
-            for d in demands:
-                self.mix.add(d)
+        created = source.metadata.creation_timestamp if source is not None else None
+        self.recent.set(key, created, demands)
         if source is None:
             resources.forget_request(key)
         else:

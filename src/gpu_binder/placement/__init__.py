@@ -2,8 +2,9 @@
 
 Policies are small scoring functions over the nodes that fit (GPUs, CPU and memory),
 like kube-scheduler's Score plugins (`policy`); the order mix the binder keeps tells a
-policy what a free GPU is worth (`mix`); an order may accept several classes
-(`options`); topology picks the tightest domain on the chosen node (`topology`).
+policy what a free GPU is worth (`mix`), counting the newest orders (`recent`); an order
+may accept several classes (`options`); topology picks the tightest domain on the chosen
+node (`topology`).
 """
 
 from gpu_binder.placement.choose import (
@@ -30,11 +31,13 @@ from gpu_binder.placement.policy import (
     pack,
     spread,
 )
+from gpu_binder.placement.recent import RECENT_ORDERS, Recent
 from gpu_binder.placement.topology import pick_devices
 
 __all__ = [
     "LEAST_STRANDED",
     "POLICIES",
+    "RECENT_ORDERS",
     "UNLIMITED",
     "Candidate",
     "Demand",
@@ -43,6 +46,7 @@ __all__ = [
     "Outlook",
     "Placement",
     "Ranked",
+    "Recent",
     "Score",
     "choose",
     "first_placement",

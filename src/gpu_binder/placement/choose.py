@@ -146,14 +146,14 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
     need least — the whole nodes that a rare order only it holds comes for later. First
     fit favours no class (the node order is arbitrary), so where the mix knows no better
     the binder does as first fit does, with two bets of its own that the mix's noise is
-    not needed to justify; its confidence grows with every order it sees. One keeps
-    whole nodes whole, with a node of its own class or of a class no known order needs
-    in its place: a small node of another class is the home of the orders restricted to
-    that class, and a flexible order that fills it to keep a big node whole leaves them
-    nowhere to go (sweep draw 5019, docs/PLACEMENT.md). The other fills a node exactly,
-    within one class: of two nodes of
-    the same GPUs, the one with just the order's GPUs free is left with nothing to
-    strand, and the other keeps its larger gap for the larger orders known to fit it,
+    not needed to justify; its confidence grows with every order it sees, up to the
+    newest orders the mix counts (placement.recent). One keeps whole nodes whole, with a
+    node of its own class or of a pool no known order needs in its place: a small node
+    of another class is the home of the orders restricted to that class, and a flexible
+    order that fills it to keep a big node whole leaves them nowhere to go (sweep draw
+    5019, docs/PLACEMENT.md). The other fills a node exactly, within one class: of two
+    nodes of the same GPUs, the one with just the order's GPUs free is left with nothing
+    to strand, and the other keeps its larger gap for the larger orders known to fit it,
     where first fit's order would cut that gap and leave both small. Where no known
     order needs the gap, cutting it costs nothing the mix can name, so the node order
     decides; so it does between classes, where filling a node draws on a pool other
@@ -181,13 +181,14 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
 def keeps_whole_instead(f: Fit, lead: Fit, outlook: Outlook) -> bool:
     """May the order go to f rather than break the whole node `lead`? Only where f breaks
     no whole node, and draws on the lead's own class or on GPUs no known order needs in
-    place of it (Mix.needs_instead): a node of another class that a known order can use
-    and the lead's class cannot is that order's, and which pool to draw on is the
-    price's question, not the fallback's."""
+    place of it (Mix.needs_instead, for f's pool): a node of another class that a known
+    order can use and the lead's class cannot is that order's, and which pool to draw on
+    is the price's question, not the fallback's. Its pool, not its class: the orders
+    only another class's big nodes hold do not need that class's small ones."""
     if breaks_whole(f, outlook):
         return False
     c = f.class_name
-    return c == lead.class_name or not outlook.mix.needs_instead(c, lead.class_name)
+    return c == lead.class_name or not outlook.mix.needs_instead(c, lead.class_name, f.shape)
 
 
 def gap_needed(f: Fit, outlook: Outlook) -> bool:

@@ -36,7 +36,7 @@ answers with them) once the mix's averages have moved by more than a small toler
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -52,6 +52,7 @@ _LOG_LIMIT = 8192
 _BASIS_TOLERANCE = 1 / 32
 
 FitKey = tuple[str, int, int, int]
+NeedKey = tuple[str, str, tuple[int, int, int] | None]
 # A pool: a class's nodes of one shape (the class's GPUs on the node, its CPU, memory).
 Pool = tuple[str, int, int, int]
 # What claims are poured into (classes or pools), and what orders are tallied by.
@@ -124,6 +125,8 @@ class Mix:
         self._fitting: dict[FitKey, list[int]] = {}
         # The same for the restricted orders (see serves_claims).
         self._serving: dict[FitKey, list[int]] = {}
+        # (class, instead of class, pool shape or None) -> [orders needing it, log position].
+        self._needing: dict[NeedKey, list[int]] = {}
         # The same -> (GPUs the known orders would strand there, summed; log position),
         # all on one basis.
         self._stranded: dict[FitKey, tuple[float, int]] = {}
@@ -153,6 +156,7 @@ class Mix:
             self._log.clear()
             self._fitting.clear()
             self._serving.clear()
+            self._needing.clear()
             self._stranded.clear()
         else:
             self._log.append((demand, n))
@@ -164,6 +168,7 @@ class Mix:
         self._shapes = shapes
         self._effective.clear()
         self._serving.clear()
+        self._needing.clear()
         self.by_effective = {}
         self.by_whole = {}
         self.by_pools = {}
@@ -219,23 +224,25 @@ class Mix:
 
     def fitting(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> int:
         """How many known orders a node of this class with this much free could take."""
-        key = (class_name, gpus, cpu_milli, memory_bytes)
-        cached = self._fitting.get(key)
+
+        def fits(demand: Demand) -> bool:
+            return demand.fits(class_name, gpus, cpu_milli, memory_bytes)
+
+        return self._count(self._fitting, (class_name, gpus, cpu_milli, memory_bytes), fits)
+
+    def _count(self, cache: dict[H, list[int]], key: H, counts: Callable[[Demand], bool]) -> int:
+        """The known orders of the kinds `counts` picks, cached under key with the log
+        position seen: caught up by the changes since, recounted when those outnumber the
+        kinds."""
+        cached = cache.get(key)
         end = len(self._log)
         if cached is not None and cached[1] == end:
             return cached[0]
         if cached is not None and end - cached[1] <= len(self.counts):
-            count = cached[0]
-            for demand, n in self._log[cached[1] :]:
-                if demand.fits(class_name, gpus, cpu_milli, memory_bytes):
-                    count += n
+            count = cached[0] + sum(n for demand, n in self._log[cached[1] :] if counts(demand))
         else:
-            count = sum(
-                n
-                for demand, n in self.counts.items()
-                if demand.fits(class_name, gpus, cpu_milli, memory_bytes)
-            )
-        self._fitting[key] = [count, end]
+            count = sum(n for demand, n in self.counts.items() if counts(demand))
+        cache[key] = [count, end]
         return count
 
     @property
@@ -327,14 +334,25 @@ class Mix:
         at_least = self.fitting(class_name, whole, UNLIMITED, UNLIMITED)
         return at_least > self.fitting(class_name, whole - 1, UNLIMITED, UNLIMITED)
 
-    def needs_instead(self, class_name: str, instead_of: str) -> bool:
+    def needs_instead(
+        self, class_name: str, instead_of: str, shape: tuple[int, int, int] | None = None
+    ) -> bool:
         """Does a known order need GPUs of class_name where it cannot use instead_of's: one
         whose classes with a node shape that holds it (`effective`) hold the one and not
-        the other? An order that could use either, taking class_name's, would displace it."""
-        return any(
-            gpus > 0 and class_name in classes and instead_of not in classes
-            for classes, gpus in self.by_effective.items()
-        )
+        the other? An order that could use either, taking class_name's, would displace it.
+
+        With a shape (GPUs, CPU, memory), only the orders a node of that shape of the
+        class holds alone count: the 8-GPU orders that only a class's 8-GPU nodes hold do
+        not need its 1-GPU nodes (sweep draw 3, docs/PLACEMENT.md)."""
+
+        def needs(demand: Demand) -> bool:
+            if shape is None:
+                holds = class_name in self.effective(demand)
+            else:
+                holds = demand.fits(class_name, *shape)
+            return holds and instead_of not in self.effective(demand)
+
+        return self._count(self._needing, (class_name, instead_of, shape), needs) > 0
 
     def pressures(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> dict[str, float]:
         """Per class, the share of its free GPUs that restricted orders will claim as the
@@ -399,24 +417,12 @@ class Mix:
         claims the class (see pressures)? If not, taking its GPUs costs those orders
         nothing: a 1-GPU node is no use to the 8-GPU orders only its class holds, nor are
         GPUs left without the memory they ask for."""
+
+        def claims(demand: Demand) -> bool:
+            return self._claims(demand, class_name, gpus, cpu_milli, memory_bytes)
+
         key = (class_name, gpus, cpu_milli, memory_bytes)
-        cached = self._serving.get(key)
-        end = len(self._log)
-        if cached is not None and cached[1] == end:
-            return cached[0] > 0
-        if cached is not None and end - cached[1] <= len(self.counts):
-            count = cached[0]
-            for demand, n in self._log[cached[1] :]:
-                if self._claims(demand, class_name, gpus, cpu_milli, memory_bytes):
-                    count += n
-        else:
-            count = sum(
-                n
-                for demand, n in self.counts.items()
-                if self._claims(demand, class_name, gpus, cpu_milli, memory_bytes)
-            )
-        self._serving[key] = [count, end]
-        return count > 0
+        return self._count(self._serving, key, claims) > 0
 
     def _claims(
         self, demand: Demand, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int

@@ -1,0 +1,100 @@
+"""The mix counts the newest orders by creation time, whatever order they come and go in."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_binder.placement import Demand, Mix, Recent
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PAIR = Demand(2, 0, 0, frozenset({"a"}))
+EIGHT = Demand(8, 0, 0, frozenset({"a"}))
+
+
+def at(minutes: int) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def test_the_mix_counts_only_the_newest_orders() -> None:
+    mix = Mix()
+    recent = Recent(mix, size=2)
+    recent.set("old", at(0), (EIGHT,))
+    recent.set("mid", at(1), (PAIR,))
+    recent.set("new", at(2), (PAIR,))
+    assert mix.counts == {PAIR: 2}
+
+
+def test_an_order_created_before_the_counted_ones_is_not_counted() -> None:
+    # A resync lists an old VM after newer ones: its age, not when it was seen, decides.
+    mix = Mix()
+    recent = Recent(mix, size=2)
+    recent.set("mid", at(1), (PAIR,))
+    recent.set("new", at(2), (PAIR,))
+    recent.set("old", at(0), (EIGHT,))
+    assert mix.counts == {PAIR: 2}
+
+
+def test_a_counted_order_that_goes_lets_the_newest_uncounted_one_in() -> None:
+    mix = Mix()
+    recent = Recent(mix, size=2)
+    recent.set("old", at(0), (EIGHT,))
+    recent.set("mid", at(1), (PAIR,))
+    recent.set("new", at(2), (PAIR,))
+    recent.set("new", at(2), ())
+    assert mix.counts == {EIGHT: 1, PAIR: 1}
+    assert "new" not in recent
+
+
+def test_an_order_that_changes_keeps_its_age() -> None:
+    mix = Mix()
+    recent = Recent(mix, size=1)
+    recent.set("old", at(0), (PAIR,))
+    recent.set("new", at(1), (PAIR,))
+    recent.set("old", at(0), (EIGHT,))
+    assert mix.counts == {PAIR: 1}
+
+
+def test_orders_of_the_same_age_count_in_the_order_they_were_seen() -> None:
+    mix = Mix()
+    recent = Recent(mix, size=1)
+    recent.set("b", None, (EIGHT,))
+    recent.set("a", None, (PAIR,))
+    assert mix.counts == {PAIR: 1}
+
+
+KEYS = st.sampled_from(["k0", "k1", "k2", "k3", "k4", "k5"])
+DEMANDS = st.sampled_from([(), (PAIR,), (EIGHT,), (PAIR, EIGHT)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(1, 4),
+    steps=st.lists(st.tuples(KEYS, st.integers(0, 3), DEMANDS), max_size=30),
+)
+def test_the_mix_always_equals_a_recount_of_the_newest_orders(
+    size: int, steps: list[tuple[str, int, tuple[Demand, ...]]]
+) -> None:
+    mix = Mix()
+    recent = Recent(mix, size=size)
+    # What a recount from scratch needs: each live order's age and demands.
+    ages: dict[str, tuple[datetime, int]] = {}
+    live: dict[str, tuple[Demand, ...]] = {}
+    seen = 0
+    for key, minute, demands in steps:
+        recent.set(key, at(minute), demands)
+        if not demands:
+            live.pop(key, None)
+            ages.pop(key, None)
+        else:
+            if key not in ages:
+                seen += 1
+                ages[key] = (at(minute), seen)
+            live[key] = demands
+        newest = sorted(live, key=lambda k: ages[k])[-size:]
+        expected = Counter(d for k in newest for d in live[k])
+        assert mix.counts == dict(expected)
+        assert len(mix) == sum(expected.values())
