@@ -43,7 +43,7 @@ from gpu_binder.cache.vmiorder import Resolved, revision_key
 from gpu_binder.client.interface import WatchEvent
 from gpu_binder.placement.mix import Demand, Mix
 from gpu_binder.placement.options import group
-from gpu_binder.placement.recent import Recent
+from gpu_binder.placement.recent import RECENT_ORDERS, Recent
 
 # Deleted VMIs whose finish time is kept: far more than end between two passes.
 ENDED_VMIS_KEPT = 10_000
@@ -68,7 +68,9 @@ class World(Orders):
     """Everything the binder decides on, fed by watch events; the queries about orders
     are cache.orders's."""
 
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, recent_orders: int = RECENT_ORDERS
+    ) -> None:
         # The binder's own clock, for the times it observes (see seen_running); None where
         # the world is fed from a recording or by a tool, which observe nothing.
         self.clock = clock
@@ -161,7 +163,7 @@ class World(Orders):
         # The order mix placement weighs free GPUs by: the newest orders' demands, kept as
         # VMs (and standalone VMIs) come, change and go (see placement.mix, .recent).
         self.mix = Mix()
-        self.recent = Recent(self.mix)
+        self.recent = Recent(self.mix, recent_orders)
 
     # --- feeding ----------------------------------------------------------------------
 
