@@ -76,6 +76,15 @@ def test_the_summary_names_the_draws_behind_beyond_noise() -> None:
     assert summary([noisy, clear])["binder_behind_beyond_noise"] == [8]
 
 
+def test_the_summary_splits_the_gap_by_how_the_orders_arrive() -> None:
+    steady = replace(result(1, 1.0, firstfit=2.0), arrival="shuffled")
+    bursts = [replace(result(d, 3.0, firstfit=2.0 + d / 10), arrival="bursts") for d in (2, 3)]
+    by = summary([steady, *bursts])["binder_minus_best_by_arrival"]
+    assert isinstance(by, dict)
+    assert (by["shuffled"]["draws"], by["shuffled"]["worst"]) == (1, -1.0)
+    assert (by["bursts"]["draws"], by["bursts"]["worst"]) == (2, 0.8)
+
+
 def test_the_bound_is_checked_only_where_the_best_baseline_is_near_it() -> None:
     near = result(1, 0.5, firstfit=0.2)
     far = result(2, 9.0, firstfit=5.0)
@@ -157,5 +166,7 @@ def test_the_sweep_for_people_names_the_draws_behind_beyond_noise(
     assert main_replay(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("binder_behind_beyond_noise: [") for line in lines)
+    kinds = lines.index("binder_minus_best_by_arrival:") + 1
+    assert lines[kinds].startswith("  ") and "worst" in lines[kinds]
     header = next(line for line in lines if line.split()[:1] == ["draw"])
     assert header.split()[-1] == "se"

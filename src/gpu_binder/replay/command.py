@@ -263,8 +263,11 @@ def render_sweep(result: JSON) -> str:
     summary = cast(dict[str, object], result["summary"])
     lines = [f"{result['seeds_per_draw']} seeds per draw"]
     for name, value in summary.items():
-        if isinstance(value, dict):
-            lines.append(f"{name}: " + ", ".join(f"{k} {v:g}" for k, v in value.items()))
+        if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+            lines.append(f"{name}:")
+            lines.extend(f"  {k}: {_figures(v)}" for k, v in value.items())
+        elif isinstance(value, dict):
+            lines.append(f"{name}: {_figures(value)}")
         else:
             lines.append(f"{name}: {value}")
     rows = cast(list[dict[str, object]], result["draws"])
@@ -281,6 +284,10 @@ def render_sweep(result: JSON) -> str:
             + (f"{se:>6.3f}" if isinstance(se, float) else f"{'-':>6}")
         )
     return "\n".join(lines)
+
+
+def _figures(values: dict[str, object]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in values.items() if isinstance(v, int | float))
 
 
 def render(result: JSON, seconds: float) -> str:

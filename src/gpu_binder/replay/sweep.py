@@ -48,6 +48,8 @@ class DrawResult:
     seconds: float
     unallocated_per_seed: Mapping[str, Sequence[float]] = field(default_factory=dict)
     """Per contender, each seed's unallocated GPUs in %, in seed order."""
+    arrival: str = ""
+    """How the draw's orders arrive (generate.Arrival): shuffled, bursts or drift."""
 
     @property
     def best_baseline(self) -> tuple[str, float]:
@@ -94,6 +96,7 @@ class DrawResult:
         return {
             "draw": self.draw,
             "cluster": self.cluster,
+            "arrival": self.arrival,
             "capacity_gpus": self.capacity_gpus,
             "bound_fit_unallocated_gpu_pct": self.bound,
             "binder": self.unallocated[BINDER],
@@ -150,6 +153,7 @@ def run_draw(
         },
         rejected={n: float(row["rejected_orders"]) for n, row in table.items()},
         seconds=time.perf_counter() - started,
+        arrival=params.arrival,
     )
 
 
@@ -170,9 +174,16 @@ def distribution(values: Sequence[float]) -> JSON:
 
 
 def summary(results: Sequence[DrawResult]) -> JSON:
+    """The distributions over the draws; the gap also per arrival kind, as the losses
+    gather where orders do not arrive as a steady sample (bursts, drift:
+    docs/PLACEMENT.md)."""
     near = [r for r in results if r.baseline_near_bound]
+    kinds = sorted({r.arrival for r in results})
     return {
         "binder_minus_best": distribution([r.gap for r in results]),
+        "binder_minus_best_by_arrival": {
+            kind: distribution([r.gap for r in results if r.arrival == kind]) for kind in kinds
+        },
         "binder_behind_beyond_noise": [r.draw for r in results if r.behind_beyond_noise],
         "binder_minus_bound_where_baseline_within_0.3": distribution([r.above_bound for r in near]),
     }
