@@ -109,3 +109,26 @@ async def test_a_largest_node_no_known_order_needs_yet_is_priced_for_those_to_co
     await cluster.settle()
     assert cluster.node_of("pair") == "node-2"
     assert cluster.node_of("triple") == "node-1"
+
+
+async def test_a_flexible_order_leaves_a_small_class_to_the_orders_only_it_serves(
+    cluster: Cluster,
+) -> None:
+    # Sweep draw 6000: before any restricted order came, flexible 4-GPU orders split the
+    # small classes' nodes, first in the node order, as no known order told a class from
+    # another. The prior's claim on each class (Mix.pressures) weighs most on the
+    # smallest: the half node the known 8-GPU order cannot use costs more there.
+    cluster.gpu_class(H100, policy="LeastStranded")
+    cluster.gpu_class(
+        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
+    )
+    cluster.node("node-a", 8, class_name=A100)
+    for i in range(6):
+        cluster.node(f"node-h{i}", 8)
+    cluster.vm("flexible", 4, running=True, annotations=EITHER, created=T0 - timedelta(hours=2))
+    for i in range(1):
+        cluster.vm(f"big-{i}", 8, annotations=EITHER, created=T0 - timedelta(hours=1))
+    for i in range(20):
+        cluster.vm(f"quad-{i}", 4, annotations=EITHER, created=T0 - timedelta(hours=1))
+    await cluster.settle()
+    assert cluster.node_of("flexible") != "node-a"

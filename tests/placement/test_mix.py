@@ -16,8 +16,8 @@ A, B = frozenset({"a"}), frozenset({"b"})
 AB = A | B
 
 
-def mix_of(*demands: Demand, floor: float = 0.0) -> Mix:
-    m = Mix(whole_node_floor=floor)
+def mix_of(*demands: Demand, floor: float = 0.0, prior: float = 0.0) -> Mix:
+    m = Mix(whole_node_floor=floor, class_prior=prior)
     for d in demands:
         m.add(d)
     return m
@@ -291,3 +291,41 @@ def test_an_order_needs_a_class_instead_only_in_the_pools_that_hold_it() -> None
     mix.add(Demand(8, 0, 0, frozenset({"a", "b"})))
     assert mix.needs_instead("b", "a", eight)
     assert not mix.needs_instead("b", "a", one)
+
+
+def test_before_any_restricted_order_the_prior_claims_an_equal_part_for_each_class() -> None:
+    # A tenth of the 72 free GPUs is assumed to go to orders only one class serves, 3.6
+    # per class: a larger share of the smaller class.
+    m = mix_of(Demand(1, 0, 0, AB), prior=0.1)
+    pressure = m.pressures({"a": 8, "b": 64}, {"a": 8, "b": 64})
+    assert pressure == pytest.approx({"a": 3.6 / 8, "b": 3.6 / 64})
+
+
+def test_the_prior_is_split_as_the_known_restricted_orders_are() -> None:
+    # One average order (1 GPU) per class for the even guess, and eight a-only GPUs.
+    m = mix_of(Demand(1, 0, 0, AB), *[Demand(1, 0, 0, A)] * 8, prior=0.1)
+    assert m.prior_split(AB) == pytest.approx({"a": 0.9, "b": 0.1})
+
+
+def test_an_order_restricted_to_two_classes_counts_half_for_each() -> None:
+    c = frozenset({"c"})
+    m = mix_of(Demand(2, 0, 0, AB), Demand(2, 0, 0, AB | c), prior=0.1)
+    assert m.prior_split(AB | c) == pytest.approx({"a": 3 / 8, "b": 3 / 8, "c": 2 / 8})
+
+
+def test_the_prior_adds_to_the_known_claims() -> None:
+    # Half the GPUs ordered need a: 4 of the 8 free; the prior's 0.8 is split 2:1.
+    m = mix_of(Demand(1, 0, 0, A), Demand(1, 0, 0, AB), prior=0.1)
+    pressure = m.pressures({"a": 4, "b": 4}, {"a": 4, "b": 4})
+    assert pressure == pytest.approx({"a": (4 + 0.8 * 2 / 3) / 4, "b": 0.8 / 3 / 4})
+
+
+def test_the_prior_leaves_the_order_of_a_class_s_pools_to_the_known_claims() -> None:
+    # The 96-memory orders claim a's 8-GPU pool alone (as without the prior); the prior's
+    # 40 GPUs, split 2:1, are spread over each class's pools by their free GPUs.
+    m = mix_of(Demand(1, 0, 96, A), Demand(1, 0, 8, AB), prior=0.1)
+    m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
+    small, big, other = ("a", 1, 8, 32), ("a", 8, 8, 768), ("b", 8, 8, 768)
+    pressure = m.pool_pressures({small: 100, big: 100, other: 200})
+    a_level, b_level = 40 * 2 / 3 / 200, 40 / 3 / 200
+    assert pressure == pytest.approx({small: a_level, big: 2.0 + a_level, other: b_level})

@@ -45,6 +45,11 @@ UNLIMITED = 1 << 62
 # The share of the mix assumed to be orders of a class's largest node size while none is
 # known.
 WHOLE_NODE_FLOOR = 0.02
+# The share of the GPUs still free assumed to go to orders that only one class serves,
+# beyond the restricted orders known (see pressures): a prior from the cluster's own
+# shape, which prices a small class above a large one before the orders that need it are
+# seen (docs/PLACEMENT.md, *Kept: a prior on the classes' restricted orders*).
+CLASS_PRIOR = 0.1
 # Past this many changes the log is dropped with every cached answer.
 _LOG_LIMIT = 8192
 # How far (relatively) the mix's average CPU or memory per GPU may move before the
@@ -103,8 +108,11 @@ class Demand:
 class Mix:
     """Orders counted by kind, with cached fragmentation answers (see module doc)."""
 
-    def __init__(self, whole_node_floor: float = WHOLE_NODE_FLOOR) -> None:
+    def __init__(
+        self, whole_node_floor: float = WHOLE_NODE_FLOOR, class_prior: float = CLASS_PRIOR
+    ) -> None:
         self.floor = whole_node_floor
+        self.prior = class_prior
         self.counts: dict[Demand, int] = {}
         self.orders = 0
         self.gpus = 0
@@ -362,9 +370,17 @@ class Mix:
         classes would ask for their share of them, from whichever of their classes has
         room. They are poured in narrowest set first (the fewest alternatives), each into
         its least claimed classes until those are claimed alike: the balanced split of
-        the flow bound. So a class accepted by every restricted order that accepts
-        another is never cheaper than that one, however the two fill. An order accepting
-        every class there is claims nothing, as it can go anywhere.
+        the flow bound. So among the known orders, a class accepted by every restricted
+        order that accepts another is never cheaper than that one, however the two fill.
+        An order accepting every class there is claims nothing, as it can go anywhere.
+
+        The prior (CLASS_PRIOR) adds a claim of the orders not yet seen that only one
+        class serves, split among the classes by `prior_split`: evenly while no
+        restricted order is known. The same GPUs claimed of a small class are a larger
+        share of it, so while every known order may go anywhere, flexible orders go to
+        the large classes and leave the small ones to the orders that will need them
+        (sweep draw 6000: flexible orders filled T4 and V100 before the orders
+        restricted to them came, docs/PLACEMENT.md).
         """
         present = frozenset(c for c, n in capacity.items() if n > 0)
         free_total = sum(free.get(c, 0) for c in present)
@@ -377,6 +393,10 @@ class Mix:
                     sets.append((len(room), room, gpus))
             for _, room, gpus in sorted(sets):
                 _pour(claimed, free, room, free_total * gpus / self.gpus)
+            split = self.prior_split(present)
+            for c in present:
+                if free.get(c, 0) > 0:
+                    claimed[c] += free_total * self.prior * split[c]
         return {c: claimed[c] / n if c in claimed and n > 0 else 0.0 for c, n in free.items()}
 
     def pool_pressures(self, free: Mapping[Pool, int]) -> dict[Pool, float]:
@@ -389,7 +409,12 @@ class Mix:
         While the mix knows no order as big as a class's largest node, the whole-node
         floor's assumed orders (see fragmentation) claim the class's largest pools as
         well: otherwise a pool that only orders not yet seen will need looked the cheapest
-        to the orders seen (sweep draws 4005 and 5019, docs/PLACEMENT.md)."""
+        to the orders seen (sweep draws 4005 and 5019, docs/PLACEMENT.md).
+
+        The prior's claim on a class (see pressures) is spread over its pools by their
+        free GPUs, not poured into the least claimed: it says nothing of the shape the
+        orders to come need, so the order of a class's pools stays the known claims' (a
+        pool only known claims fit stays dearer than one they do not, draw 4005)."""
         free_total = sum(free.values())
         claimed = {p: 0.0 for p, n in free.items() if n > 0}
         if self.gpus and free_total:
@@ -410,7 +435,43 @@ class Mix:
                     sets.append((len(room), room, share * size * self.orders))
             for _, room, ordered in sorted(sets):
                 _pour(claimed, free, room, free_total * ordered / self.gpus)
+            self._spread_prior(claimed, free, free_total)
         return {p: claimed[p] / free[p] for p in claimed}
+
+    def _spread_prior(
+        self, claimed: dict[Pool, float], free: Mapping[Pool, int], free_total: int
+    ) -> None:
+        """Add each class's prior claim to its pools, in proportion to their free GPUs."""
+        classes = self._shapes or {}
+        split = self.prior_split(frozenset(classes))
+        for c, shapes in classes.items():
+            room = [p for p in ((c, *shape) for shape in shapes) if p in claimed]
+            class_free = sum(free[p] for p in room)
+            if class_free:
+                level = free_total * self.prior * split[c] / class_free
+                for p in room:
+                    claimed[p] += level * free[p]
+
+    def prior_split(self, classes: frozenset[str]) -> dict[str, float]:
+        """Per class, its part of the prior's claim: the known restricted orders' GPUs
+        shared among the classes each accepts, plus one average order's worth for every
+        class (the even split before any is known, outweighed once they are many).
+
+        Which class the orders to come need alone is a guess before any is seen, and the
+        even guess taxes the small classes most; where the restricted orders known need
+        the large class (their classes drawn by capacity, sweep draw 9005), an even split
+        kept the small classes free while the large one's own orders found it full."""
+        if not classes:
+            return {}
+        pseudo = self.gpus / self.orders if self.orders else 1.0
+        parts = dict.fromkeys(classes, pseudo)
+        for accepted, gpus in self.by_effective.items():
+            room = accepted & classes
+            if room and not classes <= accepted:
+                for c in room:
+                    parts[c] += gpus / len(room)
+        total = sum(parts.values())
+        return {c: part / total for c, part in parts.items()}
 
     def serves_claims(self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int) -> bool:
         """Could a node of this class with this much free take a restricted order that
