@@ -301,6 +301,13 @@ def test_before_any_restricted_order_the_prior_claims_an_equal_part_for_each_cla
     assert pressure == pytest.approx({"a": 3.6 / 8, "b": 3.6 / 64})
 
 
+def test_with_one_class_the_prior_claims_nothing() -> None:
+    # No order needs the one class rather than another; a price there would only weigh
+    # the GPUs stranded on it again (see policy.claim_cost).
+    m = mix_of(Demand(1, 0, 0, A), prior=0.1)
+    assert m.pressures({"a": 8}, {"a": 8}) == {"a": 0.0}
+
+
 def test_the_prior_is_split_as_the_known_restricted_orders_are() -> None:
     # One average order (1 GPU) per class for the even guess, and eight a-only GPUs.
     m = mix_of(Demand(1, 0, 0, AB), *[Demand(1, 0, 0, A)] * 8, prior=0.1)

@@ -460,9 +460,11 @@ class Mix:
         Which class the orders to come need alone is a guess before any is seen, and the
         even guess taxes the small classes most; where the restricted orders known need
         the large class (their classes drawn by capacity, sweep draw 9005), an even split
-        kept the small classes free while the large one's own orders found it full."""
-        if not classes:
-            return {}
+        kept the small classes free while the large one's own orders found it full.
+        With one class, no order needs it rather than another: no prior (its price
+        would only weigh the GPUs stranded there again, sweep draw 2007)."""
+        if len(classes) < 2:
+            return dict.fromkeys(classes, 0.0)
         pseudo = self.gpus / self.orders if self.orders else 1.0
         parts = dict.fromkeys(classes, pseudo)
         for accepted, gpus in self.by_effective.items():
