@@ -90,7 +90,7 @@ async def test_a_largest_node_no_known_order_needs_yet_is_priced_for_those_to_co
 ) -> None:
     # Sweep draw 4005: pairs broke the 4-GPU nodes before the first 4-GPU order arrived, as
     # their pool carried no claim yet. The whole-node floor's assumed orders claim it
-    # (Mix.pool_pressures), so a pair takes the h100 node, not the whole a100 node.
+    # (claims.pool_pressures), so a pair takes the h100 node, not the whole a100 node.
     cluster.gpu_class(H100, policy="LeastStranded")
     cluster.gpu_class(
         A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
@@ -116,7 +116,7 @@ async def test_a_flexible_order_leaves_a_small_class_to_the_orders_only_it_serve
 ) -> None:
     # Sweep draw 6000: before any restricted order came, flexible 4-GPU orders split the
     # small classes' nodes, first in the node order, as no known order told a class from
-    # another. The prior's claim on each class (Mix.pressures) weighs most on the
+    # another. The prior's claim on each class (claims.pressures) weighs most on the
     # smallest: the half node the known 8-GPU order cannot use costs more there.
     cluster.gpu_class(H100, policy="LeastStranded")
     cluster.gpu_class(

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_binder.placement import Candidate, Demand, Fit, Mix, Outlook, least_stranded, rank
+from gpu_binder.placement import (
+    Candidate,
+    Demand,
+    Fit,
+    Mix,
+    Outlook,
+    least_stranded,
+    pool_pressures,
+    pressures,
+    rank,
+)
 from gpu_binder.placement.policy import stranding
 
 A = frozenset({"a"})
@@ -165,10 +175,10 @@ def test_a_pool_the_class_claims_cannot_use_is_priced_by_the_claims_it_can_take(
     )
     mix.set_shapes({"a": frozenset({(1, 16, 32), (8, 96, 768)}), "b": frozenset({(1, 32, 96)})})
     free = {"a": 180, "b": 100}
-    pools = mix.pool_pressures(
-        {("a", 1, 16, 32): 100, ("a", 8, 96, 768): 80, ("b", 1, 32, 96): 100}
+    pools = pool_pressures(
+        mix, {("a", 1, 16, 32): 100, ("a", 8, 96, 768): 80, ("b", 1, 32, 96): 100}
     )
-    outlook = Outlook(mix, mix.pressures(free, free), {"a": 8, "b": 1}, {}, pools)
+    outlook = Outlook(mix, pressures(mix, free, free), {"a": 8, "b": 1}, {}, pools)
     a1 = Fit("a1", 0, 1, "a", 16, 32, 10, 31, (1, 16, 32))
     b1 = Fit("b1", 0, 1, "b", 32, 96, 10, 31, (1, 32, 96))
     assert outlook.pressure["a"] > outlook.pressure["b"]

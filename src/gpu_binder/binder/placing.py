@@ -36,7 +36,10 @@ from gpu_binder.placement import (
     hedged,
     main_class,
     options,
+    pool_pressures,
+    pressures,
     rank_key,
+    whole_risks,
 )
 
 
@@ -93,12 +96,12 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
     capacity = {c: sum(n.values()) for c, n in devices.counts.items() if c}
     free = {c: devices.free_count.get(c, 0) for c in capacity}
     world.mix.set_shapes(devices.shapes())
-    pressure = world.mix.pressures(capacity, free)
-    pools = world.mix.pool_pressures(devices.pool_free) if any(pressure.values()) else {}
+    pressure = pressures(world.mix, capacity, free)
+    pools = pool_pressures(world.mix, devices.pool_free) if any(pressure.values()) else {}
     excess: dict[str, float] = {}
     if len(opts) > 1 and world.mix.by_whole:
         sizes = {c: devices.whole(c) for c in capacity}
-        risks = world.mix.whole_risks(free, _whole_free(ctx, sizes), sizes)
+        risks = whole_risks(world.mix, free, _whole_free(ctx, sizes), sizes)
         mine = {c: risks[c] for c in classes if c in risks}
         safest = min(mine.values(), default=0.0)
         excess = {c: r - safest for c, r in mine.items()}

@@ -2,7 +2,8 @@
 
 Policies are small scoring functions over the nodes that fit (GPUs, CPU and memory),
 like kube-scheduler's Score plugins (`policy`); the order mix the binder keeps tells a
-policy what a free GPU is worth (`mix`), counting the newest orders (`recent`); an order
+policy what a free GPU is worth (`mix`) and what the restricted orders will claim of
+each class (`claims`), counting the newest orders (`recent`); an order
 may accept several classes (`options`); topology picks the tightest domain on the chosen
 node (`topology`).
 """
@@ -20,6 +21,7 @@ from gpu_binder.placement.choose import (
     rank,
     rank_key,
 )
+from gpu_binder.placement.claims import pool_pressures, pressures, whole_risks
 from gpu_binder.placement.mix import UNLIMITED, Demand, Mix
 from gpu_binder.placement.options import options, resolve
 from gpu_binder.placement.policy import (
@@ -57,8 +59,11 @@ __all__ = [
     "options",
     "pack",
     "pick_devices",
+    "pool_pressures",
+    "pressures",
     "rank",
     "rank_key",
     "resolve",
     "spread",
+    "whole_risks",
 ]

@@ -32,16 +32,16 @@ class Outlook:
     """What a policy may know of the cluster beyond the node it scores."""
 
     mix: Mix = field(default_factory=Mix)
-    # Per class: the share of its free GPUs restricted orders will claim (mix.pressures).
+    # Per class: the share of its free GPUs restricted orders will claim (claims.pressures).
     pressure: Mapping[str, float] = field(default_factory=dict)
     # Per class: its largest node size, which the mix's whole-node floor keeps whole.
     whole: Mapping[str, int] = field(default_factory=dict)
     # Per class: how much likelier breaking one of its whole nodes is to turn away an order
     # that needs one than breaking one of the safest class the order may take
-    # (mix.whole_risks, see binder.placing.outlook).
+    # (claims.whole_risks, see binder.placing.outlook).
     whole_risk: Mapping[str, float] = field(default_factory=dict)
     # Per pool (a class's nodes of one shape): the share of its free GPUs the restricted
-    # orders that fit its nodes will claim (mix.pool_pressures).
+    # orders that fit its nodes will claim (claims.pool_pressures).
     pool_pressure: Mapping[Pool, float] = field(default_factory=dict)
 
 
