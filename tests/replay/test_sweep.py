@@ -40,6 +40,20 @@ def test_the_gap_is_the_binder_minus_the_best_baseline() -> None:
     assert r.gap == 0.5
 
 
+def test_the_online_gap_leaves_out_the_baselines_handed_the_workload() -> None:
+    r = result(1, 2.0, firstfit=1.5, fgd=1.0)
+    assert r.gap == 1.0
+    assert r.gap_online == 0.5
+    assert result(2, 2.0, fgd=1.0).gap_online is None
+
+
+def test_the_summary_gives_the_online_gap_s_distribution() -> None:
+    rows = [result(1, 2.0, firstfit=1.5, fgd=1.0), result(2, 1.0, fgd=2.0)]
+    online = summary(rows)["binder_minus_best_online"]
+    assert isinstance(online, dict)
+    assert (online["draws"], online["worst"]) == (1, 0.5)
+
+
 def test_the_distribution_leads_with_the_worst_draw() -> None:
     d = distribution([-1.0, 0.0, 0.5, 0.1, 0.2, 0.0, 0.0, 0.0, 0.0, 0.3])
     assert (d["worst"], d["p90"], d["best"], d["behind"]) == (0.5, 0.3, -1.0, 4)

@@ -17,6 +17,12 @@ BASELINES: dict[str, PolicyFactory] = {
     "fgd-online": baselines.fgd_online_policy,
 }
 
+# Baselines handed the run's whole workload before its first order (FGD as published:
+# given the target workload). Online the binder knows only the orders it has seen, so
+# the sweep also reports its gap to the best of the rest (docs/PLACEMENT.md, *What the
+# best baseline knows*).
+FORESIGHTED = frozenset({"fgd"})
+
 
 def policies(defrag: bool = True, backlog: bool = True) -> dict[str, RunFactory]:
     """Every contender: the binder's own placement first, then the baselines."""

@@ -21,7 +21,7 @@ from typing import cast
 
 from gpu_binder.replay import generate
 from gpu_binder.replay.policy import RunFactory
-from gpu_binder.replay.registry import BINDER
+from gpu_binder.replay.registry import BINDER, FORESIGHTED
 from gpu_binder.replay.report import JSON, replay
 from gpu_binder.replay.trace import Node
 
@@ -64,6 +64,13 @@ class DrawResult:
         return self.unallocated[BINDER] - self.best_baseline[1]
 
     @property
+    def gap_online(self) -> float | None:
+        """Binder minus the best baseline that learns the mix as the binder does, by the
+        orders it has placed (None where every baseline run was handed the workload)."""
+        online = [v for n, v in self.unallocated.items() if n != BINDER and n not in FORESIGHTED]
+        return self.unallocated[BINDER] - min(online) if online else None
+
+    @property
     def gap_se(self) -> float | None:
         """The standard error of the gap: of the mean of the per-seed differences between
         the binder and the best baseline (the same arrivals and node order on each seed),
@@ -103,6 +110,7 @@ class DrawResult:
             "best_baseline": name,
             "best_baseline_unallocated_gpu_pct": best,
             "binder_minus_best": round(self.gap, 3),
+            "binder_minus_best_online": None if (g := self.gap_online) is None else round(g, 3),
             "binder_minus_best_se": None if (se := self.gap_se) is None else round(se, 3),
             "behind_beyond_noise": self.behind_beyond_noise,
             "binder_minus_bound": round(self.above_bound, 3),
@@ -184,6 +192,9 @@ def summary(results: Sequence[DrawResult]) -> JSON:
         "binder_minus_best_by_arrival": {
             kind: distribution([r.gap for r in results if r.arrival == kind]) for kind in kinds
         },
+        "binder_minus_best_online": distribution(
+            [g for r in results if (g := r.gap_online) is not None]
+        ),
         "binder_behind_beyond_noise": [r.draw for r in results if r.behind_beyond_noise],
         "binder_minus_bound_where_baseline_within_0.3": distribution([r.above_bound for r in near]),
     }
