@@ -153,12 +153,26 @@ def test_the_prior_adds_to_the_known_claims() -> None:
     assert pressure == pytest.approx({"a": (4 + 0.8 * 2 / 3) / 4, "b": 0.8 / 3 / 4})
 
 
-def test_the_prior_leaves_the_order_of_a_class_s_pools_to_the_known_claims() -> None:
-    # The 96-memory orders claim a's 8-GPU pool alone (as without the prior); the prior's
-    # 40 GPUs, split 2:1, are spread over each class's pools by their free GPUs.
+def test_the_prior_s_known_part_falls_on_the_pools_that_hold_the_known_orders() -> None:
+    # The 96-memory orders claim a's 8-GPU pool alone, with or without the prior. Of the
+    # prior's 40 GPUs, split 2:1, a's part is its pseudo-order (1 GPU, over both of a's
+    # pools by free GPUs) and the known 1 GPU (on the 8-GPU pool only): 1/4 and 3/4.
     m = mix_of(Demand(1, 0, 96, A), Demand(1, 0, 8, AB), prior=0.1)
     m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
     small, big, other = ("a", 1, 8, 32), ("a", 8, 8, 768), ("b", 8, 8, 768)
     pressure = pool_pressures(m, {small: 100, big: 100, other: 200})
-    a_level, b_level = 40 * 2 / 3 / 200, 40 / 3 / 200
-    assert pressure == pytest.approx({small: a_level, big: 2.0 + a_level, other: b_level})
+    a_prior = 40 * 2 / 3
+    assert pressure == pytest.approx(
+        {small: a_prior / 4 / 100, big: 2.0 + a_prior * 3 / 4 / 100, other: 40 / 3 / 200}
+    )
+
+
+def test_without_known_restricted_orders_the_prior_spreads_over_a_class_s_pools_by_free_gpus() -> (
+    None
+):
+    m = mix_of(Demand(1, 0, 8, AB), prior=0.1)
+    m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
+    small, big, other = ("a", 1, 8, 32), ("a", 8, 8, 768), ("b", 8, 8, 768)
+    pressure = pool_pressures(m, {small: 100, big: 300, other: 200})
+    # Of the 600 free, 30 GPUs per class, over a's 400 free and b's 200.
+    assert pressure == pytest.approx({small: 30 / 400, big: 30 / 400, other: 30 / 200})

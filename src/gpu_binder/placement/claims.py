@@ -76,10 +76,13 @@ def pool_pressures(mix: Mix, free: Mapping[Pool, int]) -> dict[Pool, float]:
     well: otherwise a pool that only orders not yet seen will need looked the cheapest
     to the orders seen (sweep draws 4005 and 5019, docs/PLACEMENT.md).
 
-    The prior's claim on a class (see pressures) is spread over its pools by their
-    free GPUs, not poured into the least claimed: it says nothing of the shape the
-    orders to come need, so the order of a class's pools stays the known claims' (a
-    pool only known claims fit stays dearer than one they do not, draw 4005)."""
+    The prior's claim on a class (see pressures) is spread over its pools as its parts
+    came (see prior_split): the pseudo-orders' by the pools' free GPUs, as they say
+    nothing of the shape the orders to come need, and the known restricted orders'
+    over the pools of the class that hold them. Not poured into the least claimed, so
+    a pool only known claims fit stays dearer than one they do not (draw 4005); and a
+    class's prior does not fall on a pool its known orders cannot use (draw 10015: the
+    8-GPU orders only L4's 8-GPU nodes hold priced L4's 1-GPU nodes)."""
     free_total = sum(free.values())
     claimed = {p: 0.0 for p, n in free.items() if n > 0}
     if mix.gpus and free_total:
@@ -107,16 +110,32 @@ def pool_pressures(mix: Mix, free: Mapping[Pool, int]) -> dict[Pool, float]:
 def _spread_prior(
     mix: Mix, claimed: dict[Pool, float], free: Mapping[Pool, int], free_total: int
 ) -> None:
-    """Add each class's prior claim to its pools, in proportion to their free GPUs."""
+    """Add each class's prior claim to its pools (see pool_pressures)."""
     classes = mix.shapes or {}
     split = prior_split(mix, frozenset(classes))
+    pseudo = mix.gpus / mix.orders if mix.orders else 1.0
+    known: dict[Pool, float] = {}
+    for pools, gpus in mix.by_pools.items():
+        held = {p[0] for p in pools}
+        for c in held:
+            _share(known, [p for p in pools if p[0] == c and p in claimed], free, gpus / len(held))
     for c, shapes in classes.items():
         room = [p for p in ((c, *shape) for shape in shapes) if p in claimed]
-        class_free = sum(free[p] for p in room)
-        if class_free:
-            level = free_total * mix.prior * split[c] / class_free
+        parts: dict[Pool, float] = {p: known.get(p, 0.0) for p in room}
+        _share(parts, room, free, pseudo)
+        total = sum(parts.values())
+        if total:
             for p in room:
-                claimed[p] += level * free[p]
+                claimed[p] += free_total * mix.prior * split[c] * parts[p] / total
+
+
+def _share(
+    parts: dict[Pool, float], room: list[Pool], free: Mapping[Pool, int], amount: float
+) -> None:
+    """Add `amount` to the pools of `room` in proportion to their free GPUs."""
+    room_free = sum(free[p] for p in room)
+    for p in room:
+        parts[p] = parts.get(p, 0.0) + amount * free[p] / room_free
 
 
 def prior_split(mix: Mix, classes: frozenset[str]) -> dict[str, float]:
