@@ -16,6 +16,14 @@ T4_RESOURCE = "nvidia.com/TU104GL_TESLA_T4"
 T4_DEVICE_ID = "0x1eb8"
 
 
+def h100_and_a100(cluster: Cluster) -> None:
+    """Two classes placed by LeastStranded: h100 (the default resource) and a100."""
+    cluster.gpu_class(H100, policy="LeastStranded")
+    cluster.gpu_class(
+        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
+    )
+
+
 async def test_a_whole_node_stays_free_for_an_8_gpu_order(cluster: Cluster) -> None:
     cluster.gpu_class(policy="LeastStranded")
     for node in ("node-a", "node-b", "node-c"):
@@ -63,10 +71,7 @@ async def test_an_order_of_one_class_leaves_the_only_node_a_known_claim_fits(
     # T4-only orders fit alone, as a broken 2-GPU node strands a GPU for the many pairs —
     # which may take the other class. An order of one class is priced by its class's pools
     # too (binder.placing.outlook).
-    cluster.gpu_class(H100, policy="LeastStranded")
-    cluster.gpu_class(
-        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
-    )
+    h100_and_a100(cluster)
     for node, gpus, cpu, memory in (("node-a", 4, "96", "384Gi"), ("node-b", 2, "104", "512Gi")):
         cluster.node(node, gpus)
         node_resources(cluster, node, cpu, memory)
@@ -91,10 +96,7 @@ async def test_a_largest_node_no_known_order_needs_yet_is_priced_for_those_to_co
     # Sweep draw 4005: pairs broke the 4-GPU nodes before the first 4-GPU order arrived, as
     # their pool carried no claim yet. The whole-node floor's assumed orders claim it
     # (claims.pool_pressures), so a pair takes the h100 node, not the whole a100 node.
-    cluster.gpu_class(H100, policy="LeastStranded")
-    cluster.gpu_class(
-        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
-    )
+    h100_and_a100(cluster)
     cluster.gpu_class(T4, resource=T4_RESOURCE, device_id=T4_DEVICE_ID, policy="LeastStranded")
     cluster.node("node-1", 4, class_name=A100)
     cluster.node("node-2", 3)
@@ -118,10 +120,7 @@ async def test_a_flexible_order_leaves_a_small_class_to_the_orders_only_it_serve
     # small classes' nodes, first in the node order, as no known order told a class from
     # another. The prior's claim on each class (claims.pressures) weighs most on the
     # smallest: the half node the known 8-GPU order cannot use costs more there.
-    cluster.gpu_class(H100, policy="LeastStranded")
-    cluster.gpu_class(
-        A100, resource=A100_RESOURCE, device_id=A100_DEVICE_ID, policy="LeastStranded"
-    )
+    h100_and_a100(cluster)
     cluster.node("node-a", 8, class_name=A100)
     for i in range(6):
         cluster.node(f"node-h{i}", 8)

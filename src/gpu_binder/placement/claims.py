@@ -113,7 +113,9 @@ def _spread_prior(
     """Add each class's prior claim to its pools (see pool_pressures)."""
     classes = mix.shapes or {}
     split = prior_split(mix, frozenset(classes))
-    pseudo = mix.gpus / mix.orders if mix.orders else 1.0
+    if not mix.prior or not any(split.values()):
+        return
+    pseudo = _pseudo_order(mix)
     known: dict[Pool, float] = {}
     for pools, gpus in mix.by_pools.items():
         held = {p[0] for p in pools}
@@ -151,8 +153,7 @@ def prior_split(mix: Mix, classes: frozenset[str]) -> dict[str, float]:
     would only weigh the GPUs stranded there again, sweep draw 2007)."""
     if len(classes) < 2:
         return dict.fromkeys(classes, 0.0)
-    pseudo = mix.gpus / mix.orders if mix.orders else 1.0
-    parts = dict.fromkeys(classes, pseudo)
+    parts = dict.fromkeys(classes, _pseudo_order(mix))
     for accepted, gpus in mix.by_effective.items():
         room = accepted & classes
         if room and not classes <= accepted:
@@ -160,6 +161,11 @@ def prior_split(mix: Mix, classes: frozenset[str]) -> dict[str, float]:
                 parts[c] += gpus / len(room)
     total = sum(parts.values())
     return {c: part / total for c, part in parts.items()}
+
+
+def _pseudo_order(mix: Mix) -> float:
+    """The GPUs of one average known order: the weight of the prior's even guess per class."""
+    return mix.gpus / mix.orders if mix.orders else 1.0
 
 
 def whole_risks(
