@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from gpu_binder.replay import command, generate
+from gpu_binder.replay import sweep as sweep_module
 from gpu_binder.replay.binder_adapter import binder_run
 from gpu_binder.replay.command import main_replay
 from gpu_binder.replay.generate import ClusterShape, NodeShape, Params
 from gpu_binder.replay.registry import BINDER
-from gpu_binder.replay.sweep import DrawResult, distribution, run_draw, summary
+from gpu_binder.replay.sweep import DrawResult, distribution, merged, run_draw, summary
 
 from .test_generate import BASE, small
 
@@ -184,3 +185,45 @@ def test_the_sweep_for_people_names_the_draws_behind_beyond_noise(
     assert lines[kinds].startswith("  ") and "worst" in lines[kinds]
     header = next(line for line in lines if line.split()[:1] == ["draw"])
     assert header.split()[-1] == "se"
+
+
+def test_a_draw_confirmed_on_more_seeds_is_its_mean_over_all_of_them() -> None:
+    first = seeded([6.0, 6.0], [4.0, 4.0])
+    more = seeded([4.0, 4.0, 4.0, 4.0], [4.0, 4.0, 4.0, 4.0])
+    both = merged(first, more)
+    assert (both.seeds, both.first_gap) == (6, 2.0)
+    assert both.gap == pytest.approx(2 / 3)
+    assert both.row()["binder_minus_best_on_the_sweep_s_seeds"] == 2.0
+
+
+def test_only_the_same_draw_merges() -> None:
+    with pytest.raises(ValueError):
+        merged(seeded([1.0], [1.0]), replace(seeded([1.0], [1.0]), draw=2))
+
+
+def test_the_sweep_confirms_only_the_draws_furthest_behind(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gaps = {5: 1.0, 6: 3.0, 7: -1.0, 8: 2.0}
+    runs: list[tuple[int, int, int]] = []
+
+    def fake_run(
+        params: Params, base: object, contenders: object, seeds: int, first_seed: int = 42
+    ) -> DrawResult:
+        runs.append((params.draw, seeds, first_seed))
+        gap = gaps[params.draw] if first_seed == 42 else 0.0
+        return replace(seeded([gap] * seeds, [0.0] * seeds), draw=params.draw)
+
+    monkeypatch.setattr(sweep_module, "run_draw", fake_run)
+    argv = ["--sweep", "4", "--draw-base", "5", "--seeds", "2", "--policies", "binder,firstfit"]
+    assert main_replay([*argv, "--confirm", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert runs[4:] == [(6, 6, 44), (8, 6, 44)]
+    assert out["summary"]["confirmed_on_more_seeds"] == [6, 8]
+    assert {row["draw"]: row["seeds"] for row in out["draws"]} == {5: 2, 6: 8, 7: 2, 8: 8}
+    assert out["summary"]["binder_minus_best"]["worst"] == 1.0
+
+
+def test_confirming_on_no_seeds_is_a_usage_error() -> None:
+    argv = ["--sweep", "2", "--policies", "binder,firstfit", "--confirm", "1"]
+    assert main_replay([*argv, "--confirm-seeds", "0"]) == 2

@@ -69,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--draw-base", type=int, default=0, metavar="DRAW", help="first draw of --sweep"
     )
     parser.add_argument(
+        "--confirm",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --sweep: run the K draws furthest behind again on further seeds and "
+        "report them over all their seeds (their gaps were picked as the largest)",
+    )
+    parser.add_argument(
+        "--confirm-seeds",
+        type=int,
+        metavar="S",
+        help="with --confirm: the further seeds per draw (default 3 × --seeds)",
+    )
+    parser.add_argument(
         "--policies",
         default=",".join(known),
         help=f"comma-separated, from {', '.join(known)} (default: all)",
@@ -226,18 +240,33 @@ def _generated(args: argparse.Namespace, contenders: dict[str, RunFactory]) -> i
                 file=sys.stderr,
             )
             return 2
+        confirm_seeds = 3 * args.seeds if args.confirm_seeds is None else args.confirm_seeds
+        if args.confirm < 0 or confirm_seeds < 1:
+            print(
+                "gpu-binder replay: --confirm must not be negative, --confirm-seeds at least 1",
+                file=sys.stderr,
+            )
+            return 2
 
         def progress(r: DrawResult) -> None:
             name, best = r.best_baseline
             print(
-                f"draw {r.draw} ({r.cluster}, {r.capacity_gpus} GPUs): binder "
+                f"draw {r.draw} ({r.cluster}, {r.capacity_gpus} GPUs, {r.seeds} seeds): binder "
                 f"{r.unallocated[BINDER]:.3f} {name} {best:.3f} bound {r.bound:.3f} "
                 f"({r.seconds:.0f} s)",
                 file=sys.stderr,
             )
 
         draws = range(args.draw_base, args.draw_base + args.sweep)
-        result = sweep(draws, base, contenders, seeds=args.seeds, progress=progress)
+        result = sweep(
+            draws,
+            base,
+            contenders,
+            seeds=args.seeds,
+            progress=progress,
+            confirm=args.confirm,
+            confirm_seeds=confirm_seeds,
+        )
         print(json.dumps(result, indent=2) if args.json else render_sweep(result))
         return 0
     params = generate.draw_params(args.generate)
@@ -272,12 +301,13 @@ def render_sweep(result: JSON) -> str:
             lines.append(f"{name}: {value}")
     rows = cast(list[dict[str, object]], result["draws"])
     lines.append(
-        f"{'draw':>6} {'cluster':<10} {'GPUs':>6} {'binder':>8} {'best':>8} {'gap':>7} {'se':>6}"
+        f"{'draw':>6} {'cluster':<10} {'GPUs':>6} {'seeds':>5} {'binder':>8} {'best':>8} "
+        f"{'gap':>7} {'se':>6}"
     )
     for row in sorted(rows, key=lambda r: -cast(float, r["binder_minus_best"]))[:10]:
         se = row["binder_minus_best_se"]
         lines.append(
-            f"{row['draw']:>6} {row['cluster']:<10} {row['capacity_gpus']:>6} "
+            f"{row['draw']:>6} {row['cluster']:<10} {row['capacity_gpus']:>6} {row['seeds']:>5} "
             f"{cast(float, row['binder']):>8.3f} "
             f"{cast(float, row['best_baseline_unallocated_gpu_pct']):>8.3f} "
             f"{cast(float, row['binder_minus_best']):>7.3f} "
