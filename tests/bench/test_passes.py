@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from gpu_binder.bench.passes import run
+from types import SimpleNamespace
+from typing import cast
+
+from gpu_binder.bench.passes import run, touch_every_object
+from gpu_binder.cache import World
 
 
 async def test_an_unchanged_world_gets_no_writes_from_a_pass() -> None:
@@ -33,3 +37,23 @@ async def test_the_profile_names_the_exhaustive_pass_hot_functions_with_their_ca
 async def test_without_a_profile_asked_for_the_figures_hold_none() -> None:
     figures = await run(devices=64, repeat=2)
     assert "exhaustive_profile" not in figures
+
+
+async def test_the_exhaustive_pass_is_also_given_in_walks_of_its_own_heap() -> None:
+    figures = await run(devices=64, repeat=2)
+    assert figures["cache_walk"]["cpu_median_ms"] > 0
+    assert figures["exhaustive_per_walk"] > 0
+
+
+def test_the_walk_reads_one_field_of_every_cached_vm_vmi_and_device() -> None:
+    def named(name: str) -> SimpleNamespace:
+        return SimpleNamespace(metadata=SimpleNamespace(name=name))
+
+    world = SimpleNamespace(
+        vms={"ns/a": named("ab"), "ns/b": named("b")},
+        vmis={"ns/a": named("abc")},
+        devices=SimpleNamespace(
+            by_name={"d": SimpleNamespace(spec=SimpleNamespace(node_name="n1"))}
+        ),
+    )
+    assert touch_every_object(cast(World, world)) == 2 + 1 + 3 + 2
