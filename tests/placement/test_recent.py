@@ -98,3 +98,60 @@ def test_the_mix_always_equals_a_recount_of_the_newest_orders(
         expected = Counter(d for k in newest for d in live[k])
         assert mix.counts == dict(expected)
         assert len(mix) == sum(expected.values())
+
+
+SINGLE = Demand(1, 0, 0, frozenset({"a"}))
+
+
+def ordered(recent: Recent, *kinds: Demand) -> None:
+    """Orders of these kinds, created one minute apart in this order."""
+    for i, kind in enumerate(kinds):
+        recent.set(f"vm-{i}", at(i), (kind,))
+
+
+def test_with_no_order_counted_a_kind_not_seen_is_as_likely_as_not() -> None:
+    assert Recent(Mix()).unseen_share() == 1 / 2
+
+
+def test_a_burst_of_alike_orders_is_one_look_at_the_mix() -> None:
+    # 35 orders in two runs: two looks, so the next order is of a kind not seen yet with
+    # chance 1 / (2 + 2), as after two orders of two kinds.
+    recent = Recent(Mix())
+    ordered(recent, *[SINGLE] * 18, *[PAIR] * 17)
+    assert recent.unseen_share() == 1 / 4
+
+
+def test_orders_of_changing_kinds_are_a_look_each() -> None:
+    recent = Recent(Mix())
+    ordered(recent, *[SINGLE, PAIR] * 10, EIGHT)
+    assert recent.unseen_share() == 1 / 23
+
+
+def test_the_unseen_share_reads_only_the_counted_orders() -> None:
+    recent = Recent(Mix(), size=4)
+    ordered(recent, EIGHT, *[SINGLE, PAIR] * 2)
+    assert recent.unseen_share() == 1 / 6
+
+
+def test_the_unseen_share_follows_orders_that_go() -> None:
+    recent = Recent(Mix())
+    ordered(recent, SINGLE, PAIR, SINGLE, PAIR, SINGLE)
+    assert recent.unseen_share() == 1 / 7
+    recent.set("vm-3", None, ())
+    # SINGLE, PAIR, then SINGLE twice in a row: three looks.
+    assert recent.unseen_share() == 1 / 5
+
+
+def test_the_mix_s_floor_is_the_unseen_share_while_that_is_larger() -> None:
+    mix = Mix(whole_node_floor=0.02)
+    recent = Recent(mix)
+    ordered(recent, *[SINGLE] * 5, *[PAIR] * 5)
+    assert mix.floor_share("a", 8) == 1 / 4
+    ordered(recent, *[SINGLE, PAIR] * 50)
+    assert mix.floor_share("a", 8) == 0.02
+
+
+def test_no_floor_is_assumed_once_an_order_of_the_largest_size_is_known() -> None:
+    mix = Mix()
+    ordered(Recent(mix), *[SINGLE] * 5, EIGHT)
+    assert mix.floor_share("a", 8) == 0.0

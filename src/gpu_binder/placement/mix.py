@@ -11,9 +11,11 @@ counted by kind, updated as VMs come and go, and reads from them the
   fits uses its GPUs, and the node's other free GPUs stay usable only as far as the CPU
   and memory it leaves can feed them at the mix's average CPU and memory per GPU: a node
   whose last GPU has no cores left is as stranded as one whose GPUs are too few. While
-  the mix knows no order as big as a class's largest node, a small floor share of such
-  orders is assumed, so a whole node keeps its worth before the first order that needs
-  one arrives.
+  the mix knows no order as big as a class's largest node, a floor share of such orders
+  is assumed, so a whole node keeps its worth before the first order that needs one
+  arrives: the chance that an order to come is of a kind not seen yet, by the rule of
+  succession over the looks at the mix so far (placement.recent), and never less than
+  a small constant.
 What the restricted orders will claim of each class and pool, and the risk of breaking a
 whole node, are read from these counts by `placement.claims`.
 
@@ -33,8 +35,8 @@ from typing import TypeVar
 
 # A node that does not report its CPU or memory: placement reads it as no limit.
 UNLIMITED = 1 << 62
-# The share of the mix assumed to be orders of a class's largest node size while none is
-# known.
+# The least share of the mix assumed to be orders of a class's largest node size while
+# none is known; more while the orders seen leave much unseen (Mix.unseen_share).
 WHOLE_NODE_FLOOR = 0.02
 # The share of the GPUs still free assumed to go to orders that only one class serves,
 # beyond the restricted orders known (see claims.pressures): a prior from the cluster's own
@@ -102,6 +104,9 @@ class Mix:
     ) -> None:
         self.floor = whole_node_floor
         self.prior = class_prior
+        # The share of the orders to come assumed of kinds not seen yet; the mix counts
+        # kinds, not the order they came in, so its keeper says (Recent.unseen_share).
+        self.unseen_share: Callable[[], float] = _nothing_unseen
         self.counts: dict[Demand, int] = {}
         self.orders = 0
         self.gpus = 0
@@ -326,8 +331,13 @@ class Mix:
         return below_whole + (1.0 - floor) * (1.0 - fitting / self.orders)
 
     def floor_share(self, class_name: str, whole: int) -> float:
-        """The share of orders of the class's largest node size assumed while none is known."""
-        return self.floor if whole > 0 and not self.knows_whole(class_name, whole) else 0.0
+        """The share of orders of the class's largest node size assumed while none is
+        known: the chance an order to come is of a kind not seen yet, as the cluster's
+        largest nodes say what such an order may need (operators buy 8-GPU nodes for
+        8-GPU orders), and at least the constant floor."""
+        if whole <= 0 or self.knows_whole(class_name, whole):
+            return 0.0
+        return max(self.floor, self.unseen_share())
 
     def knows_whole(self, class_name: str, whole: int) -> bool:
         """Does the mix hold an order of the class as big as its largest node?"""
@@ -385,3 +395,8 @@ def tally(index: dict[H, int], key: H, gpus: int) -> None:
         index[key] = total
     else:
         index.pop(key, None)
+
+
+def _nothing_unseen() -> float:
+    """A mix told nothing of the order its orders came in assumes only the floor."""
+    return 0.0

@@ -7,6 +7,10 @@ prices point the wrong way. Counting only the newest `RECENT_ORDERS` orders by c
 time keeps the sample about the present, at a sampling error that stops falling there
 (a share is known to ±1/(2√500) = ±2.2% at one standard error). Orders of the same
 creation second keep the order the binder first saw them in.
+
+The order they came in also says how much of what is to come may not have been seen
+(`unseen_share`), which the mix's whole-node floor assumes: orders come in runs of one
+kind (a tenant creating twelve alike), and a run is one look at the mix, not twelve.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ class Recent:
         self._ages: list[_Age] = []
         self._orders: dict[str, tuple[_Age, tuple[Demand, ...]]] = {}
         self._seen = 0
+        # Changes to the counted orders, and the unseen share as of a count of them.
+        self._changes = 0
+        self._unseen: tuple[int, float] = (-1, 0.5)
+        mix.unseen_share = self.unseen_share
 
     def __contains__(self, key: str) -> bool:
         return key in self._orders
@@ -60,7 +68,28 @@ class Recent:
         self._orders[key] = (age, demands)
         self._insert(age, demands)
 
+    def unseen_share(self) -> float:
+        """The share of the orders to come assumed to be of a kind not seen yet, by the
+        rule of succession: a kind that showed in none of `looks` looks at the mix shows
+        next with chance 1 / (looks + 2). A look is a run of orders of one kind in a row
+        (by age), as a tenant creating twelve alike is one draw of the mix, not twelve:
+        bursts of alike orders count as the few looks they are, shuffled orders as
+        nearly one look each."""
+        if self._unseen[0] == self._changes:
+            return self._unseen[1]
+        looks = 0
+        previous: tuple[Demand, ...] | None = None
+        for age in self._ages[-self.size :]:
+            kind = self._orders[age[2]][1]
+            if kind != previous:
+                looks += 1
+                previous = kind
+        share = 1.0 / (looks + 2)
+        self._unseen = (self._changes, share)
+        return share
+
     def _insert(self, age: _Age, demands: tuple[Demand, ...]) -> None:
+        self._changes += 1
         insort(self._ages, age)
         n = len(self._ages)
         if bisect_left(self._ages, age) < n - self.size:
@@ -71,6 +100,7 @@ class Recent:
             self._count(self._demands_at(n - self.size - 1), -1)
 
     def _remove(self, age: _Age, demands: tuple[Demand, ...]) -> None:
+        self._changes += 1
         n = len(self._ages)
         at = bisect_left(self._ages, age)
         if at >= n - self.size:
