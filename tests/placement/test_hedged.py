@@ -1,7 +1,8 @@
 """Hedged ranking: the mix decides only where it can tell scores apart; within its
-sampling error the nodes go in first-fit order, whole nodes kept whole first with GPUs no
-known order needs in their place, and a node the order fills goes first where a known
-order needs the gap first fit would cut."""
+sampling error the nodes go in first-fit order, those where the order would waste a gap a
+known order needs last, whole nodes kept whole first with GPUs no known order needs in
+their place, and a node the order fills goes first where a known order needs the gap
+first fit would cut."""
 
 from __future__ import annotations
 
@@ -148,3 +149,29 @@ def test_a_whole_node_is_kept_whole_with_a_broken_node_of_its_own_class() -> Non
     outlook = Outlook(mix, {}, {"a": 8})
     whole, broken = Candidate("node-a", {"a": 8}), Candidate("node-b", {"a": 5})
     assert first_of(outlook, (whole, {"a": 2}), (broken, {"a": 2})) == "node-b"
+
+
+def single_of_24_cores(*known: Demand) -> str:
+    """The first node for a 1-GPU, 24-core order, with few orders known: node-a, a 2-GPU
+    node of 32 cores first in node order, or node-b, a whole 4-GPU node of 128 cores."""
+    mix = Mix()
+    for demand in known:
+        mix.add(demand)
+    outlook = Outlook(mix, {}, {"a": 4})
+    cramped = Candidate("node-a", {"a": 2}, cpu_free=32_000)
+    whole = Candidate("node-b", {"a": 4}, cpu_free=128_000)
+    return first_of(outlook, (cramped, {"a": 1}), (whole, {"a": 1}), cpu=24_000)
+
+
+def test_among_scores_the_mix_cannot_tell_apart_no_gap_a_known_order_needs_is_wasted() -> None:
+    # Sweep draw 2006: on node-a the order would leave a GPU with 8 cores, which no known
+    # order can use, where a known 32-core pair could have used both GPUs. That GPU is
+    # lost for certain; breaking node-b loses something only if a 4-GPU order comes.
+    known = (Demand(2, 32_000, 0, A), Demand(1, 16_000, 0, A), Demand(1, 24_000, 0, A))
+    assert single_of_24_cores(*known) == "node-b"
+
+
+def test_a_gpu_no_order_could_have_used_is_left_where_no_known_order_needs_the_node() -> None:
+    # Only 24-core singles are known: node-a could never hold more than one of them, so
+    # the order takes what node-a was good for, and node-b stays whole.
+    assert single_of_24_cores(Demand(1, 24_000, 0, A), Demand(1, 24_000, 0, A)) == "node-a"

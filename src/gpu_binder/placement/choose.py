@@ -135,23 +135,26 @@ def breaks_whole(f: Fit, outlook: Outlook) -> bool:
 def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ranked]:
     """Best first, as rank_key orders them — except among the entries whose scores the mix
     cannot tell from the best (within `margin`): those go in first-fit order (by name, the
-    node order), except that where the first would break a whole node, those that keep
-    it whole go first (`keeps_whole_instead`); and a node of the first one's class that
-    the order fills exactly goes before it when a known order needs the first one's free
-    GPUs whole (`gap_needed`).
+    node order), except that the nodes where the order would waste a gap a known order
+    needed go last (`wastes_gap`); where the first would break a whole node, those that
+    keep it whole go first (`keeps_whole_instead`); and a node of the first one's class
+    that the order fills exactly goes before it when a known order needs the first one's
+    free GPUs whole (`gap_needed`).
 
     Scores read the known orders as if they were the orders to come. While those are few,
     a class's price or a node's stranding differs from another's by the sampling noise of
     a handful of orders, and following it drains whichever class the sample happens to
     need least — the whole nodes that a rare order only it holds comes for later. First
     fit favours no class (the node order is arbitrary), so where the mix knows no better
-    the binder does as first fit does, with two bets of its own that the mix's noise is
+    the binder does as first fit does, with three bets of its own that the mix's noise is
     not needed to justify; its confidence grows with every order it sees, up to the
-    newest orders the mix counts (placement.recent). One keeps whole nodes whole, with a
+    newest orders the mix counts (placement.recent). The first wastes no gap: GPUs left
+    that no known order can use are lost for certain, a whole node broken only maybe, so
+    it outranks the second. The second keeps whole nodes whole, with a
     node of its own class or of a pool no known order needs in its place: a small node
     of another class is the home of the orders restricted to that class, and a flexible
     order that fills it to keep a big node whole leaves them nowhere to go (sweep draw
-    5019, docs/PLACEMENT.md). The other fills a node exactly, within one class: of two
+    5019, docs/PLACEMENT.md). The third fills a node exactly, within one class: of two
     nodes of the same GPUs, the one with just the order's GPUs free is left with nothing
     to strand, and the other keeps its larger gap for the larger orders known to fit it,
     where first fit's order would cut that gap and leave both small. Where no known
@@ -167,15 +170,34 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
     cut = margin(keyed[0][1][0], outlook)
     near = [e for key, e in keyed if key[0] <= top + cut]
     near.sort(key=lambda e: e[0].node)
+    # Stable: the nodes where the order wastes no gap a known order needed go first.
+    near.sort(key=lambda e: wastes_gap(e[0], outlook))
     lead = near[0][0]
     if breaks_whole(lead, outlook):
-        # Stable: the nodes that keep it whole go first, each in node order.
-        near.sort(key=lambda e: not keeps_whole_instead(e[0], lead, outlook))
+        # Stable: of those, the nodes that keep it whole go first, each in node order.
+        near.sort(
+            key=lambda e: (wastes_gap(e[0], outlook), not keeps_whole_instead(e[0], lead, outlook))
+        )
         lead = near[0][0]
     if gap_needed(lead, outlook):
         # Stable: the nodes the order fills keep their node order, and so does the rest.
         near.sort(key=lambda e: not (e[0].leftover == 0 and e[0].class_name == lead.class_name))
     return near + [e for key, e in keyed[len(near) :]]
+
+
+def wastes_gap(f: Fit, outlook: Outlook) -> bool:
+    """Does the order leave free GPUs on the node that no known order can use (too few, or
+    without the CPU or memory any asks for), where a known order could have used the
+    node's free GPUs whole (`gap_needed`)? Those GPUs are lost as surely as the order is
+    placed, whatever the mix's sampling error; a whole node broken elsewhere is lost only
+    if an order that needs it comes (sweep draw 2006, docs/PLACEMENT.md). Where no known
+    order could have used more of the node, the order takes what the node was good for
+    (a 1-GPU order on a 2-GPU node with memory for one), and nothing is wasted."""
+    mix = outlook.mix
+    if f.leftover <= 0 or not mix.orders:
+        return False
+    left = mix.fitting(f.class_name, f.leftover, f.cpu_free - f.cpu, f.memory_free - f.memory)
+    return left == 0 and gap_needed(f, outlook)
 
 
 def keeps_whole_instead(f: Fit, lead: Fit, outlook: Outlook) -> bool:
