@@ -114,9 +114,13 @@ def test_once_an_order_of_the_largest_size_is_known_the_floor_claims_nothing() -
     m = mix_of(Demand(8, 0, 0, AB), Demand(1, 0, 96, A), floor=0.02)
     m.set_shapes({"a": frozenset({(1, 8, 32), (8, 8, 768)}), "b": frozenset({(8, 8, 768)})})
     big = ("a", 8, 8, 768)
-    pressure = pool_pressures(m, {("a", 1, 8, 32): 100, big: 100, ("b", 8, 8, 768): 200})
-    # Only the 96-memory order's claim: 1 of the 9 GPUs ordered, of the 400 free.
-    assert pressure[big] == pytest.approx(400 / 9 / 100)
+    small = ("a", 1, 8, 32)
+    pressure = pool_pressures(m, {small: 100, big: 100, ("b", 8, 8, 768): 200})
+    # Only the orders' claims: the 96-memory order's 1 of the 9 GPUs ordered on a's
+    # 8-GPU pool, and the 8-GPU order's 8 (no 1-GPU node holds it) on both 8-GPU pools,
+    # balanced: all 400 free GPUs claimed of the 300 there. None on the 1-GPU pool.
+    assert pressure[small] == 0.0
+    assert pressure[big] == pytest.approx(400 / 300)
 
 
 def test_before_any_restricted_order_the_prior_claims_an_equal_part_for_each_class() -> None:

@@ -15,7 +15,7 @@ from gpu_binder.placement import (
     pressures,
     rank,
 )
-from gpu_binder.placement.policy import stranding
+from gpu_binder.placement.policy import STRANDED_WEIGHT, stranding
 
 A = frozenset({"a"})
 GiB = 1 << 30
@@ -114,6 +114,28 @@ def test_a_node_no_claiming_order_fits_pays_no_pressure() -> None:
     big = Fit("b", 3, 4, "a", 8, 8)
     assert least_stranded(small, outlook) == least_stranded(small, unclaimed)
     assert least_stranded(big, outlook) == least_stranded(big, unclaimed) - 0.5
+
+
+def test_an_entirely_free_node_pays_its_pool_s_price_though_no_known_claim_fits_it() -> None:
+    # Sweep draw 1 in small: the known claims are pairs of 48 cores, which a's 4-GPU,
+    # 32-core nodes cannot hold; the pool's price is the prior's, for orders not yet seen
+    # that may need the whole node. Once broken, the node is priced by the claims it fits.
+    ab = frozenset({"a", "b"})
+    mix = mix_of(Demand(2, 48, 0, ab), Demand(2, 12, 0, ab))
+    mix.set_shapes({"a": frozenset({(4, 32, 256), (2, 48, 192)}), "b": frozenset({(2, 64, 384)})})
+    assert not mix.serves_claims("a", 4, 32, 256)
+    pool = ("a", 4, 32, 256)
+    outlook = Outlook(mix, {"a": 0.2}, {"a": 4}, {}, {pool: 1.5})
+    whole = Fit("w", 2, 4, "a", 32, 256, 12, 0, (4, 32, 256))
+    broken = Fit("p", 0, 2, "a", 20, 256, 12, 0, (4, 32, 256))
+    # The whole node: its 2 GPUs taken at the pool's 1.5. The broken one: only the GPUs
+    # it strands, at the class's 0.2.
+    strands = stranding(whole, outlook)
+    assert least_stranded(whole, outlook) == pytest.approx(-(2 * 1.5 + STRANDED_WEIGHT * strands))
+    strands = stranding(broken, outlook)
+    assert least_stranded(broken, outlook) == pytest.approx(
+        -(0.2 * max(0.0, strands) + STRANDED_WEIGHT * strands)
+    )
 
 
 def default_trace_in_small() -> tuple[Outlook, Fit, Fit]:

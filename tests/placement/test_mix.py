@@ -172,3 +172,19 @@ def test_an_order_needs_a_class_instead_only_in_the_pools_that_hold_it() -> None
     mix.add(Demand(8, 0, 0, frozenset({"a", "b"})))
     assert mix.needs_instead("b", "a", eight)
     assert not mix.needs_instead("b", "a", one)
+
+
+def test_an_order_every_class_holds_claims_the_pools_that_hold_it() -> None:
+    # Sweep draw 11006 in small: every class has a node with the memory for a 60 GiB
+    # single, but a's 1-GPU nodes of 48 GiB do not hold it, so it claims the other pools.
+    m = mix_of(Demand(1, 0, 60, AB))
+    m.set_shapes({"a": frozenset({(1, 0, 48), (8, 0, 1536)}), "b": frozenset({(4, 0, 128)})})
+    assert m.pools(Demand(1, 0, 60, AB)) == (("a", 8, 0, 1536), ("b", 4, 0, 128))
+    assert m.serves_claims("b", 4, 0, 128)
+
+
+def test_an_order_every_pool_holds_claims_nothing() -> None:
+    m = mix_of(Demand(1, 0, 24, AB))
+    m.set_shapes({"a": frozenset({(1, 0, 48), (8, 0, 1536)}), "b": frozenset({(4, 0, 128)})})
+    assert m.pools(Demand(1, 0, 24, AB)) == ()
+    assert not m.serves_claims("b", 4, 0, 128)

@@ -97,7 +97,9 @@ def outlook(ctx: Context, opts: Sequence[Mapping[str, int]]) -> Outlook:
     free = {c: devices.free_count.get(c, 0) for c in capacity}
     world.mix.set_shapes(devices.shapes())
     pressure = pressures(world.mix, capacity, free)
-    pools = pool_pressures(world.mix, devices.pool_free) if any(pressure.values()) else {}
+    # Orders every class holds may still claim some pools (Mix.pools).
+    claimed = any(pressure.values()) or bool(world.mix.by_pools)
+    pools = pool_pressures(world.mix, devices.pool_free) if claimed else {}
     excess: dict[str, float] = {}
     if len(opts) > 1 and world.mix.by_whole:
         sizes = {c: devices.whole(c) for c in capacity}

@@ -69,7 +69,9 @@ def pool_pressures(mix: Mix, free: Mapping[Pool, int]) -> dict[Pool, float]:
     `pressures` pours them into their classes, but into the pools of those classes
     that hold them, so a class's pool that most of its claims cannot use (1-GPU nodes
     for 8-GPU claims, 32 GiB nodes for 96 GiB ones) is priced by the claims it can
-    take, and the pool they must go to by all of theirs.
+    take, and the pool they must go to by all of theirs. Restricted here means by
+    pool (Mix.pools): an order every class holds claims the pools that hold it when
+    some pool does not.
 
     While the mix knows no order as big as a class's largest node, the whole-node
     floor's assumed orders (see Mix.fragmentation) claim the class's largest pools as

@@ -122,6 +122,7 @@ class Mix:
         self.by_pools: dict[tuple[Pool, ...], int] = {}
         self._shapes: Mapping[str, frozenset[tuple[int, int, int]]] | None = None
         self._effective: dict[Demand, frozenset[str]] = {}
+        self._pools: dict[Demand, tuple[Pool, ...]] = {}
         self._log: list[tuple[Demand, int]] = []
         # (class, free GPUs, CPU, memory) -> [orders that fit, log position seen].
         self._fitting: dict[FitKey, list[int]] = {}
@@ -174,6 +175,7 @@ class Mix:
             return
         self._shapes = shapes
         self._effective.clear()
+        self._pools.clear()
         self._serving.clear()
         self._needing.clear()
         self.by_effective = {}
@@ -211,20 +213,25 @@ class Mix:
         return cached
 
     def pools(self, demand: Demand) -> tuple[Pool, ...]:
-        """The pools that could hold a restricted order alone (none for an order every
-        class holds, or without node shapes)."""
+        """The pools that could hold a restricted order alone: none for an order every
+        pool holds, or without node shapes. An order every class holds may still be
+        restricted by its pools — a 60 GiB single that no 1-GPU node of 48 GiB holds
+        claims the pools with the memory for it (sweep draw 11006, docs/PLACEMENT.md)."""
         shapes = self._shapes
-        effective = self.effective(demand)
-        if shapes is None or frozenset(shapes) <= effective:
+        if shapes is None:
             return ()
-        return tuple(
-            sorted(
+        cached = self._pools.get(demand)
+        if cached is None:
+            held = sorted(
                 (c, gpus, cpu, memory)
-                for c in effective
+                for c in self.effective(demand)
                 for gpus, cpu, memory in shapes.get(c, ())
                 if demand.fits(c, gpus, cpu, memory)
             )
-        )
+            every = sum(len(of_class) for of_class in shapes.values())
+            cached = () if len(held) == every else tuple(held)
+            self._pools[demand] = cached
+        return cached
 
     def remove(self, demand: Demand) -> None:
         self.add(demand, -1)
@@ -381,9 +388,9 @@ class Mix:
     def _claims(
         self, demand: Demand, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int
     ) -> bool:
-        """Is the order restricted (not every class with nodes holds it; without node
+        """Is the order restricted (not every pool holds it, see `pools`; without node
         shapes, any order counts) and does it fit?"""
-        if self._shapes is not None and frozenset(self._shapes) <= self.effective(demand):
+        if self._shapes is not None and not self.pools(demand):
             return False
         return demand.fits(class_name, gpus, cpu_milli, memory_bytes)
 

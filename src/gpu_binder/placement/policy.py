@@ -118,16 +118,32 @@ def claim_cost(fit: Fit, outlook: Outlook, taken: int, stranded: float) -> float
     those pay the pressure. Free of it, the nodes poorest in cores or memory per GPU
     were the cheapest place for every order, and the CPU-hungry ones left their GPUs
     without a core (default trace online, docs/PLACEMENT.md).
+
+    An entirely free node pays its pool's pressure whether or not a known claim fits it:
+    the pool's price holds the prior's claims of orders not seen yet, which may need a
+    whole node, and free of it the pools no known claim fits were drained first (sweep
+    draw 1, docs/PLACEMENT.md). A class that no restricted order claims may still have
+    pools that orders of every class claim (see Mix.pools).
     """
     pressure = outlook.pressure.get(fit.class_name, 0.0)
-    if not pressure:
+    if not pressure and not outlook.pool_pressure:
         return 0.0
-    if outlook.mix.serves_claims(fit.class_name, fit.free, fit.cpu_free, fit.memory_free):
+    if _entirely_free(fit) or outlook.mix.serves_claims(
+        fit.class_name, fit.free, fit.cpu_free, fit.memory_free
+    ):
         if fit.shape is not None:
             pool = (fit.class_name, *fit.shape)
             return taken * outlook.pool_pressure.get(pool, pressure)
         return taken * pressure
     return max(0.0, stranded) * pressure
+
+
+def _entirely_free(fit: Fit) -> bool:
+    """Has the node every GPU, core and byte of its pool free?"""
+    if fit.shape is None:
+        return False
+    gpus, cpu, memory = fit.shape
+    return fit.free >= gpus and fit.cpu_free >= cpu and fit.memory_free >= memory
 
 
 LEAST_STRANDED = "LeastStranded"
