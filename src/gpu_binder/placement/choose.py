@@ -171,13 +171,12 @@ def hedged(entries: Iterable[Ranked], score: Score, outlook: Outlook) -> list[Ra
     near = [e for key, e in keyed if key[0] <= top + cut]
     near.sort(key=lambda e: e[0].node)
     # Stable: the nodes where the order wastes no gap a known order needed go first.
-    near.sort(key=lambda e: wastes_gap(e[0], outlook))
+    wasted = {f: wastes_gap(f, outlook) for f, _ in near}
+    near.sort(key=lambda e: wasted[e[0]])
     lead = near[0][0]
     if breaks_whole(lead, outlook):
         # Stable: of those, the nodes that keep it whole go first, each in node order.
-        near.sort(
-            key=lambda e: (wastes_gap(e[0], outlook), not keeps_whole_instead(e[0], lead, outlook))
-        )
+        near.sort(key=lambda e: (wasted[e[0]], not keeps_whole_instead(e[0], lead, outlook)))
         lead = near[0][0]
     if gap_needed(lead, outlook):
         # Stable: the nodes the order fills keep their node order, and so does the rest.
