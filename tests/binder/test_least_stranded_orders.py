@@ -101,9 +101,11 @@ async def test_a_largest_node_no_known_order_needs_yet_is_priced_for_those_to_co
     cluster.node("node-1", 4, class_name=A100)
     cluster.node("node-2", 3)
     cluster.node("node-3", 1, class_name=T4)
+    # h100's largest node is taken: the floor's claim on h100 has no free pool to fall on.
+    cluster.node("node-4", 8)
     anywhere = {CLASSES_ANNOTATION: f"{H100},{A100},{T4}"}
-    # T4's 1-GPU nodes cannot hold a pair: the pair is restricted to a100 and h100. An
-    # order of h100's largest size is known, none of a100's.
+    cluster.vm("whole", 8, running=True, created=T0 - timedelta(hours=4))
+    # T4's 1-GPU nodes cannot hold a pair: the pair is restricted to a100 and h100.
     cluster.vm("pair", 2, annotations=anywhere, created=T0 - timedelta(hours=3))
     cluster.vm("triple", 3, annotations=anywhere, created=T0 - timedelta(hours=2))
     for i in range(200):

@@ -4,6 +4,7 @@ the prior's part), and the risk of breaking a whole node."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -16,9 +17,12 @@ from gpu_binder.placement.claims import (
     prior_split,
     whole_risks,
 )
-from gpu_binder.placement.mix import Demand
+from gpu_binder.placement.mix import Demand, Mix
+from gpu_binder.placement.recent import Recent
 
 from .mixes import AB, BIG_A, BIG_AB, SMALL, A, mix_of, shaped
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_restricted_orders_press_the_classes_they_accept() -> None:
@@ -121,6 +125,24 @@ def test_once_an_order_of_the_largest_size_is_known_the_floor_claims_nothing() -
     # balanced: all 400 free GPUs claimed of the 300 there. None on the 1-GPU pool.
     assert pressure[small] == 0.0
     assert pressure[big] == pytest.approx(400 / 300)
+
+
+def test_the_first_order_of_the_largest_size_known_raises_its_pool_s_claim() -> None:
+    # 99 singles, one look, then an 8-GPU order only a's 8-GPU pool holds. Ended at once,
+    # the floor's claim there fell to the one order's 8 of 107 GPUs ordered (sweep draw
+    # 1); counted toward it, the order's look adds to it.
+    m = Mix(whole_node_floor=0.1, class_prior=0.0)
+    recent = Recent(m)
+    m.set_shapes({"a": frozenset({(1, 0, 0), (8, 0, 0)}), "b": frozenset({(1, 0, 0)})})
+    small, big, other = ("a", 1, 0, 0), ("a", 8, 0, 0), ("b", 1, 0, 0)
+    free = {small: 100, big: 100, other: 200}
+    for i in range(99):
+        recent.set(f"single-{i}", T0, (Demand(1, 0, 0, AB),))
+    before = pool_pressures(m, free)[big]
+    recent.set("eight", T0 + timedelta(minutes=1), (Demand(8, 0, 0, A),))
+    after = pool_pressures(m, free)
+    assert after[big] > before > 0.0
+    assert after[small] == after[other] == 0.0
 
 
 def test_before_any_restricted_order_the_prior_claims_an_equal_part_for_each_class() -> None:

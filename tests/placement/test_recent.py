@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -151,7 +152,29 @@ def test_the_mix_s_floor_is_the_unseen_share_while_that_is_larger() -> None:
     assert mix.floor_share("a", 8) == 0.02
 
 
-def test_no_floor_is_assumed_once_an_order_of_the_largest_size_is_known() -> None:
+def test_the_known_orders_of_the_largest_size_count_toward_the_floor() -> None:
     mix = Mix()
     ordered(Recent(mix), *[SINGLE] * 5, EIGHT)
+    # One of two looks was of 8 GPUs: the next is, by succession, with chance 2 / 4; the
+    # one 8-GPU order known is 1/6 of the orders.
+    assert mix.floor_share("a", 8) == pytest.approx(2 / 4 - 1 / 6)
+
+
+def test_a_burst_of_orders_of_the_largest_size_is_one_look() -> None:
+    mix = Mix()
+    ordered(Recent(mix), *[SINGLE] * 6, *[EIGHT] * 3, *[PAIR] * 6)
+    # Three looks, one of them 8 GPUs: 2 / 5 of the next, 3/15 of the orders known.
+    assert mix.floor_share("a", 8) == pytest.approx(2 / 5 - 3 / 15)
+
+
+def test_the_constant_floor_holds_only_while_no_order_of_the_largest_size_is_known() -> None:
+    mix = Mix(whole_node_floor=0.02)
+    ordered(Recent(mix), *[SINGLE, PAIR] * 50, EIGHT)
+    # 101 looks: the 8-GPU orders' chance 2 / 103 is below the floor, and stands.
+    assert mix.floor_share("a", 8) == pytest.approx(2 / 103 - 1 / 101)
+
+
+def test_orders_of_the_largest_size_in_every_other_look_leave_nothing_assumed() -> None:
+    mix = Mix()
+    ordered(Recent(mix), *[SINGLE, EIGHT] * 10)
     assert mix.floor_share("a", 8) == 0.0

@@ -73,10 +73,10 @@ def pool_pressures(mix: Mix, free: Mapping[Pool, int]) -> dict[Pool, float]:
     pool (Mix.pools): an order every class holds claims the pools that hold it when
     some pool does not.
 
-    While the mix knows no order as big as a class's largest node, the whole-node
-    floor's assumed orders (see Mix.fragmentation) claim the class's largest pools as
-    well: otherwise a pool that only orders not yet seen will need looked the cheapest
-    to the orders seen (sweep draws 4005 and 5019, docs/PLACEMENT.md).
+    The whole-node floor's assumed orders of a class's largest node size, beyond the
+    known ones (see Mix.floor_share), claim the class's largest pools as well: otherwise
+    a pool that only orders not yet seen will need looked the cheapest to the orders
+    seen (sweep draws 4005 and 5019, docs/PLACEMENT.md).
 
     The prior's claim on a class (see pressures) is spread over its pools as its parts
     came (see prior_split): the pseudo-orders' by the pools' free GPUs, as they say

@@ -10,12 +10,12 @@ counted by kind, updated as VMs come and go, and reads from them the
   wrong class, too many GPUs, too much CPU or memory — leaves all of them). An order that
   fits uses its GPUs, and the node's other free GPUs stay usable only as far as the CPU
   and memory it leaves can feed them at the mix's average CPU and memory per GPU: a node
-  whose last GPU has no cores left is as stranded as one whose GPUs are too few. While
-  the mix knows no order as big as a class's largest node, a floor share of such orders
-  is assumed, so a whole node keeps its worth before the first order that needs one
-  arrives: the chance that an order to come is of a kind not seen yet, by the rule of
+  whose last GPU has no cores left is as stranded as one whose GPUs are too few. Until
+  the mix knows many orders as big as a class's largest node, a floor share of such
+  orders is assumed, so a whole node keeps its worth before the orders that need one
+  arrive: the chance that an order to come is of a kind not seen yet, by the rule of
   succession over the looks at the mix so far (placement.recent), and never less than
-  a small constant.
+  a small constant; the known ones count toward it.
 What the restricted orders will claim of each class and pool, and the risk of breaking a
 whole node, are read from these counts by `placement.claims`.
 
@@ -36,7 +36,7 @@ from typing import TypeVar
 # A node that does not report its CPU or memory: placement reads it as no limit.
 UNLIMITED = 1 << 62
 # The least share of the mix assumed to be orders of a class's largest node size while
-# none is known; more while the orders seen leave much unseen (Mix.unseen_share).
+# none is known; more while the orders seen leave much unseen (Mix.floor_share).
 WHOLE_NODE_FLOOR = 0.02
 # The share of the GPUs still free assumed to go to orders that only one class serves,
 # beyond the restricted orders known (see claims.pressures): a prior from the cluster's own
@@ -76,6 +76,10 @@ class Demand:
             and class_name in self.classes
         )
 
+    def of_size(self, class_name: str, gpus: int) -> bool:
+        """Is this an order of exactly `gpus` GPUs that accepts the class?"""
+        return self.gpus == gpus and class_name in self.classes
+
     def strands(
         self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int, basis: Basis
     ) -> float:
@@ -104,9 +108,10 @@ class Mix:
     ) -> None:
         self.floor = whole_node_floor
         self.prior = class_prior
-        # The share of the orders to come assumed of kinds not seen yet; the mix counts
-        # kinds, not the order they came in, so its keeper says (Recent.unseen_share).
-        self.unseen_share: Callable[[], float] = _nothing_unseen
+        # The chance that the next look at the mix is of orders of a class's largest node
+        # size (class, size); the mix counts kinds, not the order they came in, so its
+        # keeper says (Recent.whole_chance).
+        self.whole_chance: Callable[[str, int], float] = _no_chance
         self.counts: dict[Demand, int] = {}
         self.orders = 0
         self.gpus = 0
@@ -130,6 +135,8 @@ class Mix:
         self._serving: dict[FitKey, list[int]] = {}
         # (class, instead of class, pool shape or None) -> [orders needing it, log position].
         self._needing: dict[NeedKey, list[int]] = {}
+        # (class, largest node size) -> [orders of that size, log position seen].
+        self._sized: dict[tuple[str, int], list[int]] = {}
         # The same -> (GPUs the known orders would strand there, summed; log position),
         # all on one basis.
         self._stranded: dict[FitKey, tuple[float, int]] = {}
@@ -165,6 +172,7 @@ class Mix:
             self._fitting.clear()
             self._serving.clear()
             self._needing.clear()
+            self._sized.clear()
             self._stranded.clear()
         else:
             self._log.append((demand, n))
@@ -338,20 +346,33 @@ class Mix:
         return below_whole + (1.0 - floor) * (1.0 - fitting / self.orders)
 
     def floor_share(self, class_name: str, whole: int) -> float:
-        """The share of orders of the class's largest node size assumed while none is
-        known: the chance an order to come is of a kind not seen yet, as the cluster's
-        largest nodes say what such an order may need (operators buy 8-GPU nodes for
-        8-GPU orders), and at least the constant floor."""
-        if whole <= 0 or self.knows_whole(class_name, whole):
+        """The share of orders of the class's largest node size assumed beyond the known
+        ones: the chance that the next look at the mix is of such orders, by the rule of
+        succession over the looks so far (placement.recent: a run of alike orders is one
+        look), less their share of the known orders. While none is known, that is the
+        chance of a kind not seen yet — the cluster's largest nodes say what such an order
+        may need (operators buy 8-GPU nodes for 8-GPU orders) — and at least the constant
+        floor. The first ones known count toward it rather than end it: ended at the
+        first, the floor made the nodes they need cheaper the moment they came, and a
+        burst of them counted by orders is still one look (sweep draw 1,
+        docs/PLACEMENT.md)."""
+        if whole <= 0:
             return 0.0
-        return max(self.floor, self.unseen_share())
+        chance = self.whole_chance(class_name, whole)
+        known = self.whole_share(class_name, whole)
+        if not known:
+            return max(self.floor, chance)
+        return max(0.0, chance - known)
 
-    def knows_whole(self, class_name: str, whole: int) -> bool:
-        """Does the mix hold an order of the class as big as its largest node?"""
+    def whole_share(self, class_name: str, whole: int) -> float:
+        """The share of the known orders that are of the class's largest node size."""
         if not self.orders:
-            return False
-        at_least = self.fitting(class_name, whole, UNLIMITED, UNLIMITED)
-        return at_least > self.fitting(class_name, whole - 1, UNLIMITED, UNLIMITED)
+            return 0.0
+
+        def sized(demand: Demand) -> bool:
+            return demand.of_size(class_name, whole)
+
+        return self._count(self._sized, (class_name, whole), sized) / self.orders
 
     def needs_instead(
         self, class_name: str, instead_of: str, shape: tuple[int, int, int] | None = None
@@ -404,6 +425,6 @@ def tally(index: dict[H, int], key: H, gpus: int) -> None:
         index.pop(key, None)
 
 
-def _nothing_unseen() -> float:
+def _no_chance(class_name: str, whole: int) -> float:
     """A mix told nothing of the order its orders came in assumes only the floor."""
     return 0.0

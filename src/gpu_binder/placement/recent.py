@@ -9,7 +9,8 @@ time keeps the sample about the present, at a sampling error that stops falling 
 creation second keep the order the binder first saw them in.
 
 The order they came in also says how much of what is to come may not have been seen
-(`unseen_share`), which the mix's whole-node floor assumes: orders come in runs of one
+(`unseen_share`), and how likely the next orders are to need a class's largest node
+(`whole_chance`), which the mix's whole-node floor assumes: orders come in runs of one
 kind (a tenant creating twelve alike), and a run is one look at the mix, not twelve.
 """
 
@@ -40,10 +41,13 @@ class Recent:
         self._ages: list[_Age] = []
         self._orders: dict[str, tuple[_Age, tuple[Demand, ...]]] = {}
         self._seen = 0
-        # Changes to the counted orders, and the unseen share as of a count of them.
+        # Changes to the counted orders, and the looks (one kind per run of the counted
+        # orders) with the chances read from them, as of a count of changes.
         self._changes = 0
-        self._unseen: tuple[int, float] = (-1, 0.5)
-        mix.unseen_share = self.unseen_share
+        self._looked_at = -1
+        self._looks: list[tuple[Demand, ...]] = []
+        self._chances: dict[tuple[str, int], float] = {}
+        mix.whole_chance = self.whole_chance
 
     def __contains__(self, key: str) -> bool:
         return key in self._orders
@@ -75,18 +79,31 @@ class Recent:
         (by age), as a tenant creating twelve alike is one draw of the mix, not twelve:
         bursts of alike orders count as the few looks they are, shuffled orders as
         nearly one look each."""
-        if self._unseen[0] == self._changes:
-            return self._unseen[1]
-        looks = 0
-        previous: tuple[Demand, ...] | None = None
-        for age in self._ages[-self.size :]:
-            kind = self._orders[age[2]][1]
-            if kind != previous:
-                looks += 1
-                previous = kind
-        share = 1.0 / (looks + 2)
-        self._unseen = (self._changes, share)
-        return share
+        return 1.0 / (len(self._kinds()) + 2)
+
+    def whole_chance(self, class_name: str, whole: int) -> float:
+        """The chance that the next look at the mix is of orders of `whole` GPUs of the
+        class, by the rule of succession: (looks of such orders + 1) / (looks + 2). With
+        none seen, the unseen share."""
+        looks = self._kinds()
+        key = (class_name, whole)
+        chance = self._chances.get(key)
+        if chance is None:
+            sized = sum(1 for kind in looks if any(d.of_size(class_name, whole) for d in kind))
+            chance = self._chances[key] = (sized + 1) / (len(looks) + 2)
+        return chance
+
+    def _kinds(self) -> list[tuple[Demand, ...]]:
+        """The looks at the counted orders — the kind of each run, oldest first — read
+        again (with the chances from them) once the counted orders have changed."""
+        if self._looked_at != self._changes:
+            looks: list[tuple[Demand, ...]] = []
+            for age in self._ages[-self.size :]:
+                kind = self._orders[age[2]][1]
+                if not looks or kind != looks[-1]:
+                    looks.append(kind)
+            self._looked_at, self._looks, self._chances = self._changes, looks, {}
+        return self._looks
 
     def _insert(self, age: _Age, demands: tuple[Demand, ...]) -> None:
         self._changes += 1
