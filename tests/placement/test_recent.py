@@ -101,6 +101,35 @@ def test_the_mix_always_equals_a_recount_of_the_newest_orders(
         assert len(mix) == sum(expected.values())
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(1, 4),
+    steps=st.lists(st.tuples(KEYS, st.integers(0, 3), DEMANDS), max_size=30),
+)
+def test_the_looks_always_equal_a_recount_of_the_runs_among_the_newest_orders(
+    size: int, steps: list[tuple[str, int, tuple[Demand, ...]]]
+) -> None:
+    recent = Recent(Mix(), size=size)
+    ages: dict[str, tuple[datetime, int]] = {}
+    live: dict[str, tuple[Demand, ...]] = {}
+    seen = 0
+    for key, minute, demands in steps:
+        recent.set(key, at(minute), demands)
+        if not demands:
+            live.pop(key, None)
+            ages.pop(key, None)
+        else:
+            if key not in ages:
+                seen += 1
+                ages[key] = (at(minute), seen)
+            live[key] = demands
+        kinds = [live[k] for k in sorted(live, key=lambda k: ages[k])[-size:]]
+        runs = [kind for i, kind in enumerate(kinds) if i == 0 or kind != kinds[i - 1]]
+        eights = sum(1 for kind in runs if EIGHT in kind)
+        assert recent.unseen_share() == 1 / (len(runs) + 2)
+        assert recent.whole_chance("a", 8) == (eights + 1) / (len(runs) + 2)
+
+
 SINGLE = Demand(1, 0, 0, frozenset({"a"}))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from datetime import UTC, datetime
 
-from gpu_binder.placement.mix import Demand, Mix
+from gpu_binder.placement.mix import Demand, Mix, tally
 
 # How many of the newest orders the mix counts (sweep draw 6000, docs/PLACEMENT.md).
 RECENT_ORDERS = 500
@@ -41,11 +41,17 @@ class Recent:
         self._ages: list[_Age] = []
         self._orders: dict[str, tuple[_Age, tuple[Demand, ...]]] = {}
         self._seen = 0
-        # Changes to the counted orders, and the looks (one kind per run of the counted
-        # orders) with the chances read from them, as of a count of changes.
-        self._changes = 0
-        self._looked_at = -1
-        self._looks: list[tuple[Demand, ...]] = []
+        # Each order's kind (its demands) by number, so that runs compare numbers: the
+        # number, its demands and its orders, kept while it has any.
+        self._kind_of: dict[str, int] = {}
+        self._kind_numbers: dict[tuple[Demand, ...], int] = {}
+        self._kinds: dict[int, tuple[tuple[Demand, ...], int]] = {}
+        self._numbered = 0
+        # The looks at the counted orders (runs of one kind, by age), in all and per kind,
+        # kept as orders come and go (a recount per order cost a fifth of a pass), and the
+        # chances read from them since the last change.
+        self._looks = 0
+        self._looks_of: dict[int, int] = {}
         self._chances: dict[tuple[str, int], float] = {}
         mix.whole_chance = self.whole_chance
 
@@ -64,13 +70,35 @@ class Recent:
         if known is not None:
             self._remove(known[0], known[1])
             del self._orders[key]
+            self._unnumber(key, known[1])
         if not demands:
             return
         if age is None:
             self._seen += 1
             age = (_aware(created), self._seen, key)
         self._orders[key] = (age, demands)
+        self._number(key, demands)
         self._insert(age, demands)
+
+    def _number(self, key: str, demands: tuple[Demand, ...]) -> None:
+        """Give the order its kind's number, numbering a kind no order has."""
+        number = self._kind_numbers.get(demands)
+        if number is None:
+            self._numbered += 1
+            number = self._kind_numbers[demands] = self._numbered
+            self._kinds[number] = (demands, 0)
+        self._kind_of[key] = number
+        self._kinds[number] = (demands, self._kinds[number][1] + 1)
+
+    def _unnumber(self, key: str, demands: tuple[Demand, ...]) -> None:
+        """Take the order's kind number back, forgetting a kind no order has any more."""
+        number = self._kind_of.pop(key)
+        users = self._kinds[number][1] - 1
+        if users:
+            self._kinds[number] = (demands, users)
+        else:
+            del self._kinds[number]
+            del self._kind_numbers[demands]
 
     def unseen_share(self) -> float:
         """The share of the orders to come assumed to be of a kind not seen yet, by the
@@ -79,35 +107,28 @@ class Recent:
         (by age), as a tenant creating twelve alike is one draw of the mix, not twelve:
         bursts of alike orders count as the few looks they are, shuffled orders as
         nearly one look each."""
-        return 1.0 / (len(self._kinds()) + 2)
+        return 1.0 / (self._looks + 2)
 
     def whole_chance(self, class_name: str, whole: int) -> float:
         """The chance that the next look at the mix is of orders of `whole` GPUs of the
         class, by the rule of succession: (looks of such orders + 1) / (looks + 2). With
         none seen, the unseen share."""
-        looks = self._kinds()
         key = (class_name, whole)
         chance = self._chances.get(key)
         if chance is None:
-            sized = sum(1 for kind in looks if any(d.of_size(class_name, whole) for d in kind))
-            chance = self._chances[key] = (sized + 1) / (len(looks) + 2)
+            sized = sum(
+                looks
+                for number, looks in self._looks_of.items()
+                if any(d.of_size(class_name, whole) for d in self._kinds[number][0])
+            )
+            chance = self._chances[key] = (sized + 1) / (self._looks + 2)
         return chance
 
-    def _kinds(self) -> list[tuple[Demand, ...]]:
-        """The looks at the counted orders — the kind of each run, oldest first — read
-        again (with the chances from them) once the counted orders have changed."""
-        if self._looked_at != self._changes:
-            looks: list[tuple[Demand, ...]] = []
-            for age in self._ages[-self.size :]:
-                kind = self._orders[age[2]][1]
-                if not looks or kind != looks[-1]:
-                    looks.append(kind)
-            self._looked_at, self._looks, self._chances = self._changes, looks, {}
-        return self._looks
-
     def _insert(self, age: _Age, demands: tuple[Demand, ...]) -> None:
-        self._changes += 1
+        touched = self._touched(age)
+        before = self._run_starts(touched)
         insort(self._ages, age)
+        self._relook(before, self._run_starts(touched))
         n = len(self._ages)
         if bisect_left(self._ages, age) < n - self.size:
             return
@@ -117,7 +138,8 @@ class Recent:
             self._count(self._demands_at(n - self.size - 1), -1)
 
     def _remove(self, age: _Age, demands: tuple[Demand, ...]) -> None:
-        self._changes += 1
+        touched = self._touched(age)
+        before = self._run_starts(touched)
         n = len(self._ages)
         at = bisect_left(self._ages, age)
         if at >= n - self.size:
@@ -126,6 +148,41 @@ class Recent:
                 # The newest order not counted takes its place.
                 self._count(self._demands_at(n - self.size - 1), 1)
         del self._ages[at]
+        self._relook(before, self._run_starts(touched))
+
+    def _touched(self, age: _Age) -> frozenset[str]:
+        """The orders whose starting a look may change as the order of this age comes or
+        goes: it, its neighbours by age, and those at the window's oldest edge."""
+        ages = self._ages
+        at = bisect_left(ages, age)
+        edge = len(ages) - self.size
+        near = (at - 1, at, at + 1, edge - 1, edge, edge + 1, edge + 2)
+        return frozenset([age[2], *(ages[i][2] for i in near if 0 <= i < len(ages))])
+
+    def _run_starts(self, keys: frozenset[str]) -> list[int]:
+        """The kinds of the counted orders among keys that start a run: the oldest
+        counted, or one whose elder is of another kind."""
+        ages, kind_of = self._ages, self._kind_of
+        oldest = max(0, len(ages) - self.size)
+        starts = []
+        for key in keys:
+            age = self._orders[key][0]
+            at = bisect_left(ages, age)
+            if at < oldest or at == len(ages) or ages[at] != age:
+                continue
+            kind = kind_of[key]
+            if at == oldest or kind_of[ages[at - 1][2]] != kind:
+                starts.append(kind)
+        return starts
+
+    def _relook(self, before: list[int], after: list[int]) -> None:
+        """Count the looks again: those starting among the touched orders, before and
+        after the change."""
+        for kinds, n in ((before, -1), (after, 1)):
+            for kind in kinds:
+                self._looks += n
+                tally(self._looks_of, kind, n)
+        self._chances.clear()
 
     def _demands_at(self, index: int) -> tuple[Demand, ...]:
         return self._orders[self._ages[index][2]][1]
