@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -71,17 +72,15 @@ KEYS = st.sampled_from(["k0", "k1", "k2", "k3", "k4", "k5"])
 DEMANDS = st.sampled_from([(), (PAIR,), (EIGHT,), (PAIR, EIGHT)])
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    size=st.integers(1, 4),
-    steps=st.lists(st.tuples(KEYS, st.integers(0, 3), DEMANDS), max_size=30),
-)
-def test_the_mix_always_equals_a_recount_of_the_newest_orders(
-    size: int, steps: list[tuple[str, int, tuple[Demand, ...]]]
-) -> None:
-    mix = Mix()
-    recent = Recent(mix, size=size)
-    # What a recount from scratch needs: each live order's age and demands.
+STEPS = st.lists(st.tuples(KEYS, st.integers(0, 3), DEMANDS), max_size=30)
+Step = tuple[str, int, tuple[Demand, ...]]
+
+
+def newest_after_each(
+    recent: Recent, steps: list[Step], size: int
+) -> Iterator[list[tuple[Demand, ...]]]:
+    """Apply each step to recent, then yield what a recount from scratch reads: the
+    demands of the newest `size` live orders, oldest first."""
     ages: dict[str, tuple[datetime, int]] = {}
     live: dict[str, tuple[Demand, ...]] = {}
     seen = 0
@@ -95,35 +94,26 @@ def test_the_mix_always_equals_a_recount_of_the_newest_orders(
                 seen += 1
                 ages[key] = (at(minute), seen)
             live[key] = demands
-        newest = sorted(live, key=lambda k: ages[k])[-size:]
-        expected = Counter(d for k in newest for d in live[k])
+        yield [live[k] for k in sorted(live, key=lambda k: ages[k])[-size:]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 4), steps=STEPS)
+def test_the_mix_always_equals_a_recount_of_the_newest_orders(size: int, steps: list[Step]) -> None:
+    mix = Mix()
+    for newest in newest_after_each(Recent(mix, size=size), steps, size):
+        expected = Counter(d for kind in newest for d in kind)
         assert mix.counts == dict(expected)
         assert len(mix) == sum(expected.values())
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    size=st.integers(1, 4),
-    steps=st.lists(st.tuples(KEYS, st.integers(0, 3), DEMANDS), max_size=30),
-)
+@given(size=st.integers(1, 4), steps=STEPS)
 def test_the_looks_always_equal_a_recount_of_the_runs_among_the_newest_orders(
-    size: int, steps: list[tuple[str, int, tuple[Demand, ...]]]
+    size: int, steps: list[Step]
 ) -> None:
     recent = Recent(Mix(), size=size)
-    ages: dict[str, tuple[datetime, int]] = {}
-    live: dict[str, tuple[Demand, ...]] = {}
-    seen = 0
-    for key, minute, demands in steps:
-        recent.set(key, at(minute), demands)
-        if not demands:
-            live.pop(key, None)
-            ages.pop(key, None)
-        else:
-            if key not in ages:
-                seen += 1
-                ages[key] = (at(minute), seen)
-            live[key] = demands
-        kinds = [live[k] for k in sorted(live, key=lambda k: ages[k])[-size:]]
+    for kinds in newest_after_each(recent, steps, size):
         runs = [kind for i, kind in enumerate(kinds) if i == 0 or kind != kinds[i - 1]]
         eights = sum(1 for kind in runs if EIGHT in kind)
         assert recent.unseen_share() == 1 / (len(runs) + 2)
