@@ -10,12 +10,12 @@ counted by kind, updated as VMs come and go, and reads from them the
   wrong class, too many GPUs, too much CPU or memory — leaves all of them). An order that
   fits uses its GPUs, and the node's other free GPUs stay usable only as far as the CPU
   and memory it leaves can feed them at the mix's average CPU and memory per GPU: a node
-  whose last GPU has no cores left is as stranded as one whose GPUs are too few. Until
-  the mix knows many orders as big as a class's largest node, a floor share of such
-  orders is assumed, so a whole node keeps its worth before the orders that need one
-  arrive: the chance that an order to come is of a kind not seen yet, by the rule of
-  succession over the looks at the mix so far (placement.recent), and never less than
-  a small constant; the known ones count toward it.
+  whose last GPU has no cores left is as stranded as one whose GPUs are too few. A floor
+  share of orders as big as a class's largest node is assumed beyond the known ones, so
+  a whole node keeps its worth before the orders that need one arrive: the chance that
+  the next look at the mix is of that size, by the rule of succession over the looks so
+  far (placement.recent) — while none is known, the chance of a kind not seen yet, and
+  never less than a small constant.
 What the restricted orders will claim of each class and pool, and the risk of breaking a
 whole node, are read from these counts by `placement.claims`.
 
