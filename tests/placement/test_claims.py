@@ -127,22 +127,21 @@ def test_once_an_order_of_the_largest_size_is_known_the_floor_claims_nothing() -
     assert pressure[big] == pytest.approx(400 / 300)
 
 
-def test_the_first_order_of_the_largest_size_known_raises_its_pool_s_claim() -> None:
+def test_the_first_order_of_the_largest_size_known_keeps_the_floor_s_claim_on_its_pool() -> None:
     # 99 singles, one look, then an 8-GPU order only a's 8-GPU pool holds. Ended at once,
-    # the floor's claim there fell to the one order's 8 of 107 GPUs ordered (sweep draw
-    # 1); counted toward it, the order's look adds to it.
+    # the floor's claim there fell to the one order's 8 of the 107 GPUs ordered (sweep
+    # draw 1); counted toward it, two looks at 100 orders assume (1 + 50) / (100 + 100)
+    # of the orders are of 8 GPUs, the known one included.
     m = Mix(whole_node_floor=0.1, class_prior=0.0)
     recent = Recent(m)
     m.set_shapes({"a": frozenset({(1, 0, 0), (8, 0, 0)}), "b": frozenset({(1, 0, 0)})})
     small, big, other = ("a", 1, 0, 0), ("a", 8, 0, 0), ("b", 1, 0, 0)
-    free = {small: 100, big: 100, other: 200}
     for i in range(99):
         recent.set(f"single-{i}", T0, (Demand(1, 0, 0, AB),))
-    before = pool_pressures(m, free)[big]
     recent.set("eight", T0 + timedelta(minutes=1), (Demand(8, 0, 0, A),))
-    after = pool_pressures(m, free)
-    assert after[big] > before > 0.0
-    assert after[small] == after[other] == 0.0
+    pressure = pool_pressures(m, {small: 100, big: 100, other: 200})
+    assert pressure[big] == pytest.approx(400 * (51 / 200 * 8 * 100 / 107) / 100)
+    assert pressure[small] == pressure[other] == 0.0
 
 
 def test_before_any_restricted_order_the_prior_claims_an_equal_part_for_each_class() -> None:

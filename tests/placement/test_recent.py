@@ -115,9 +115,7 @@ def test_the_looks_always_equal_a_recount_of_the_runs_among_the_newest_orders(
     recent = Recent(Mix(), size=size)
     for kinds in newest_after_each(recent, steps, size):
         runs = [kind for i, kind in enumerate(kinds) if i == 0 or kind != kinds[i - 1]]
-        eights = sum(1 for kind in runs if EIGHT in kind)
         assert recent.unseen_share() == 1 / (len(runs) + 2)
-        assert recent.whole_chance("a", 8) == (eights + 1) / (len(runs) + 2)
 
 
 SINGLE = Demand(1, 0, 0, frozenset({"a"}))
@@ -174,22 +172,22 @@ def test_the_mix_s_floor_is_the_unseen_share_while_that_is_larger() -> None:
 def test_the_known_orders_of_the_largest_size_count_toward_the_floor() -> None:
     mix = Mix()
     ordered(Recent(mix), *[SINGLE] * 5, EIGHT)
-    # One of two looks was of 8 GPUs: the next is, by succession, with chance 2 / 4; the
-    # one 8-GPU order known is 1/6 of the orders.
-    assert mix.floor_share("a", 8) == pytest.approx(2 / 4 - 1 / 6)
+    # Two looks at six orders: a look is worth 3 orders, so by succession 8-GPU orders
+    # are (1 + 3) / (6 + 6) of those to come, less the 1/6 known.
+    assert mix.floor_share("a", 8) == pytest.approx(4 / 12 - 1 / 6)
 
 
 def test_a_burst_of_orders_of_the_largest_size_is_one_look() -> None:
     mix = Mix()
     ordered(Recent(mix), *[SINGLE] * 6, *[EIGHT] * 3, *[PAIR] * 6)
-    # Three looks, one of them 8 GPUs: 2 / 5 of the next, 3/15 of the orders known.
-    assert mix.floor_share("a", 8) == pytest.approx(2 / 5 - 3 / 15)
+    # Three looks at 15 orders, a look worth 5: (3 + 5) / (15 + 10) less the 3/15 known.
+    assert mix.floor_share("a", 8) == pytest.approx(8 / 25 - 3 / 15)
 
 
 def test_the_constant_floor_holds_only_while_no_order_of_the_largest_size_is_known() -> None:
     mix = Mix(whole_node_floor=0.02)
     ordered(Recent(mix), *[SINGLE, PAIR] * 50, EIGHT)
-    # 101 looks: the 8-GPU orders' chance 2 / 103 is below the floor, and stands.
+    # 101 looks at 101 orders: (1 + 1) / (101 + 2) is below the floor, and stands.
     assert mix.floor_share("a", 8) == pytest.approx(2 / 103 - 1 / 101)
 
 

@@ -12,10 +12,10 @@ counted by kind, updated as VMs come and go, and reads from them the
   and memory it leaves can feed them at the mix's average CPU and memory per GPU: a node
   whose last GPU has no cores left is as stranded as one whose GPUs are too few. A floor
   share of orders as big as a class's largest node is assumed beyond the known ones, so
-  a whole node keeps its worth before the orders that need one arrive: the chance that
-  the next look at the mix is of that size, by the rule of succession over the looks so
-  far (placement.recent) — while none is known, the chance of a kind not seen yet, and
-  never less than a small constant.
+  a whole node keeps its worth before the orders that need one arrive: by the rule of
+  succession, with one look at the mix (placement.recent) worth of orders assumed of that
+  size — while none is known, the chance of a kind not seen yet, and never less than a
+  small constant.
 What the restricted orders will claim of each class and pool, and the risk of breaking a
 whole node, are read from these counts by `placement.claims`.
 
@@ -108,10 +108,9 @@ class Mix:
     ) -> None:
         self.floor = whole_node_floor
         self.prior = class_prior
-        # The chance that the next look at the mix is of orders of a class's largest node
-        # size (class, size); the mix counts kinds, not the order they came in, so its
-        # keeper says (Recent.whole_chance).
-        self.whole_chance: Callable[[str, int], float] = _no_chance
+        # The share of the orders to come assumed of kinds not seen yet; the mix counts
+        # kinds, not the order they came in, so its keeper says (Recent.unseen_share).
+        self.unseen_share: Callable[[], float] = _nothing_unseen
         self.counts: dict[Demand, int] = {}
         self.orders = 0
         self.gpus = 0
@@ -347,22 +346,23 @@ class Mix:
 
     def floor_share(self, class_name: str, whole: int) -> float:
         """The share of orders of the class's largest node size assumed beyond the known
-        ones: the chance that the next look at the mix is of such orders, by the rule of
-        succession over the looks so far (placement.recent: a run of alike orders is one
-        look), less their share of the known orders. While none is known, that is the
-        chance of a kind not seen yet — the cluster's largest nodes say what such an order
-        may need (operators buy 8-GPU nodes for 8-GPU orders) — and at least the constant
-        floor. The first ones known count toward it rather than end it: ended at the
-        first, the floor made the nodes they need cheaper the moment they came, and a
-        burst of them counted by orders is still one look (sweep draw 1,
-        docs/PLACEMENT.md)."""
+        ones. While none is known: the chance an order to come is of a kind not seen yet
+        (the unseen share, by the rule of succession over the looks at the mix:
+        placement.recent), as the cluster's largest nodes say what such an order may need
+        (operators buy 8-GPU nodes for 8-GPU orders), and at least the constant floor.
+        Once some are known, the same rule over orders with one look's worth of pseudo-
+        orders for them, less their known share: the first ones known count toward the
+        floor rather than end it — ended at the first, it made the nodes they need
+        cheaper the moment they came (sweep draw 1, docs/PLACEMENT.md)."""
         if whole <= 0:
             return 0.0
-        chance = self.whole_chance(class_name, whole)
+        unseen = self.unseen_share()
         known = self.whole_share(class_name, whole)
         if not known:
-            return max(self.floor, chance)
-        return max(0.0, chance - known)
+            return max(self.floor, unseen)
+        # With L looks at N orders (unseen = 1 / (L + 2)) and n of them known, a look's
+        # worth is N / L orders: (n + N/L) / (N + 2N/L) - n/N = (1 - 2n/N) / (L + 2).
+        return max(0.0, (1.0 - 2.0 * known) * unseen)
 
     def whole_share(self, class_name: str, whole: int) -> float:
         """The share of the known orders that are of the class's largest node size."""
@@ -425,6 +425,6 @@ def tally(index: dict[H, int], key: H, gpus: int) -> None:
         index.pop(key, None)
 
 
-def _no_chance(class_name: str, whole: int) -> float:
+def _nothing_unseen() -> float:
     """A mix told nothing of the order its orders came in assumes only the floor."""
     return 0.0
