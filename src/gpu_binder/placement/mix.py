@@ -76,10 +76,6 @@ class Demand:
             and class_name in self.classes
         )
 
-    def of_size(self, class_name: str, gpus: int) -> bool:
-        """Is this an order of exactly `gpus` GPUs that accepts the class?"""
-        return self.gpus == gpus and class_name in self.classes
-
     def strands(
         self, class_name: str, gpus: int, cpu_milli: int, memory_bytes: int, basis: Basis
     ) -> float:
@@ -134,8 +130,6 @@ class Mix:
         self._serving: dict[FitKey, list[int]] = {}
         # (class, instead of class, pool shape or None) -> [orders needing it, log position].
         self._needing: dict[NeedKey, list[int]] = {}
-        # (class, largest node size) -> [orders of that size, log position seen].
-        self._sized: dict[tuple[str, int], list[int]] = {}
         # The same -> (GPUs the known orders would strand there, summed; log position),
         # all on one basis.
         self._stranded: dict[FitKey, tuple[float, int]] = {}
@@ -171,7 +165,6 @@ class Mix:
             self._fitting.clear()
             self._serving.clear()
             self._needing.clear()
-            self._sized.clear()
             self._stranded.clear()
         else:
             self._log.append((demand, n))
@@ -368,11 +361,8 @@ class Mix:
         """The share of the known orders that are of the class's largest node size."""
         if not self.orders:
             return 0.0
-
-        def sized(demand: Demand) -> bool:
-            return demand.of_size(class_name, whole)
-
-        return self._count(self._sized, (class_name, whole), sized) / self.orders
+        at_most = self.fitting(class_name, whole, UNLIMITED, UNLIMITED)
+        return (at_most - self.fitting(class_name, whole - 1, UNLIMITED, UNLIMITED)) / self.orders
 
     def needs_instead(
         self, class_name: str, instead_of: str, shape: tuple[int, int, int] | None = None
