@@ -15,7 +15,8 @@ from gpu_binder.placement import (
     pressures,
     rank,
 )
-from gpu_binder.placement.policy import STRANDED_WEIGHT, stranding
+from gpu_binder.placement.mix import UNLIMITED
+from gpu_binder.placement.policy import STRANDED_WEIGHT, starves, stranding
 
 A = frozenset({"a"})
 GiB = 1 << 30
@@ -224,3 +225,40 @@ def test_a_node_the_other_orders_cannot_use_is_no_cheaper_to_fill() -> None:
     assert best({"node-a": 2, "node-b": 4}, 1, mix, cpu_free=cpu_free, cpu=24_000, whole=4) == (
         "node-b"
     )
+
+
+L4 = frozenset({"l4"})
+PAIR, QUAD = (2, 32_000, 128 * GiB), (4, 128_000, 384 * GiB)
+SINGLE_24 = (24_000, 48 * GiB)
+
+
+def test_a_gpu_left_without_its_share_of_the_node_s_cores_costs_as_one_taken() -> None:
+    # Sweep draw 2006 in small: the only orders known are 24-core singles, which could
+    # not use a 2-GPU, 32-core node's GPUs together either, so the mix reads the GPU one
+    # leaves there with 8 cores as stranded already. The node was built for 16 cores a
+    # GPU: half of that GPU is lost to the orders it was bought for (8 of its 16 cores),
+    # as surely as one taken, and that outweighs the 4-GPU pool's dearer price.
+    mix = mix_of(*[Demand(1, *SINGLE_24, L4)] * 3)
+    mix.set_shapes({"l4": frozenset({PAIR, QUAD})})
+    pools = {("l4", *PAIR): 1.0, ("l4", *QUAD): 1.1}
+    outlook = Outlook(mix, {"l4": 1.0}, {"l4": 4}, {}, pools)
+    on_pair = Fit("pair", 1, 2, "l4", PAIR[1], PAIR[2], *SINGLE_24, PAIR)
+    on_quad = Fit("quad", 3, 4, "l4", QUAD[1], QUAD[2], *SINGLE_24, QUAD)
+    assert (starves(on_pair), starves(on_quad)) == pytest.approx((0.5, 0.0))
+    assert least_stranded(on_quad, outlook) > least_stranded(on_pair, outlook)
+
+
+def test_an_order_at_the_node_s_share_a_gpu_starves_none() -> None:
+    assert starves(Fit("pair", 1, 2, "l4", PAIR[1], PAIR[2], 16_000, 64 * GiB, PAIR)) == 0
+
+
+def test_gpus_the_node_could_not_feed_before_are_not_charged_again() -> None:
+    # 40 cores for 3 GPUs of a 32-core-a-GPU node feed 1.25 of them; after the order, 16
+    # cores for 2 feed half of one: 1.5 unfed, no more than the 1.75 it found.
+    partly = Fit("quad", 2, 3, "l4", 40_000, QUAD[2], *SINGLE_24, QUAD)
+    assert starves(partly) == 0
+
+
+def test_a_node_that_reports_no_cpu_or_memory_starves_no_gpu() -> None:
+    shape = (2, UNLIMITED, UNLIMITED)
+    assert starves(Fit("pair", 1, 2, "l4", UNLIMITED, UNLIMITED, *SINGLE_24, shape)) == 0

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpu_binder.placement.mix import Mix, Pool
+from gpu_binder.placement.mix import UNLIMITED, Mix, Pool
 
 if TYPE_CHECKING:
     from gpu_binder.placement.choose import Fit
@@ -88,14 +88,16 @@ def stranding(fit: Fit, outlook: Outlook) -> float:
 def least_stranded(fit: Fit, outlook: Outlook) -> float:
     """The node, and class, where the order strands the fewest GPUs.
 
-    Two costs in GPUs: the GPUs taken from a class in proportion to how much of it
+    Costs in GPUs: the GPUs taken from a class in proportion to how much of it
     restricted orders will claim (none for a class nobody needs; on a node whose free
     GPUs, CPU and memory could take none of those orders, the GPUs it strands there
     instead, see claim_cost) — and, when the order breaks a whole node, the node's GPUs
     times its class's excess whole-node risk — and the GPUs of the node that become
     unusable for the orders of the mix that could use it (nothing when no other order
     could: filling such a gap costs nothing, and it is breaking a node elsewhere that
-    costs). A whole node stays whole while a partly used node can take the order.
+    costs) — and the GPUs it leaves without the node's share of its CPU or memory, priced
+    as GPUs taken (see starves). A whole node stays whole while a partly used node can
+    take the order.
     """
     taken = fit.free - fit.leftover
     stranded = stranding(fit, outlook)
@@ -104,7 +106,47 @@ def least_stranded(fit: Fit, outlook: Outlook) -> float:
     if taken and whole and fit.free >= whole:
         # Breaking a whole node risks all of it for the orders that need one.
         scarcity += whole * outlook.whole_risk.get(fit.class_name, 0.0)
+    starved = starves(fit)
+    if starved:
+        # Lost to the orders the node was built for as surely as GPUs taken.
+        scarcity += starved * max(STRANDED_WEIGHT, pool_price(fit, outlook))
     return -(scarcity + STRANDED_WEIGHT * stranded)
+
+
+def starves(fit: Fit) -> float:
+    """How many of the node's GPUs the order leaves without their share of its CPU or
+    memory (the node's over its GPUs), beyond those it found so.
+
+    The mix prices stranding by the orders known, and while the known ones could not use
+    a node's GPUs together either, a GPU left without cores looks stranded already: early
+    online, singles of 24 cores went to 2-GPU nodes of 32 and left the other GPU 8, where
+    4-GPU nodes of 128 would have fed it — and the 16-core orders that came later found
+    those GPUs dead (sweep draw 2006, docs/PLACEMENT.md). A node's shape says what orders
+    its owner bought it for before any is seen.
+    """
+    if fit.shape is None or fit.leftover <= 0:
+        return 0.0
+    after = _unfed(fit.shape, fit.leftover, fit.cpu_free - fit.cpu, fit.memory_free - fit.memory)
+    return max(0.0, after - _unfed(fit.shape, fit.free, fit.cpu_free, fit.memory_free))
+
+
+def _unfed(shape: tuple[int, int, int], gpus: int, cpu_milli: int, memory_bytes: int) -> float:
+    """Of gpus free GPUs, how many the free CPU and memory leave without the node's share
+    (in part: half a share feeds half a GPU, for orders below the share)."""
+    node_gpus, node_cpu, node_memory = shape
+    fed = float(gpus)
+    for free, total in ((cpu_milli, node_cpu), (memory_bytes, node_memory)):
+        if 0 < total < UNLIMITED:
+            fed = min(fed, free * node_gpus / total)
+    return gpus - max(0.0, fed)
+
+
+def pool_price(fit: Fit, outlook: Outlook) -> float:
+    """The price of one of the node's GPUs: its pool's pressure, or its class's."""
+    pressure = outlook.pressure.get(fit.class_name, 0.0)
+    if fit.shape is None:
+        return pressure
+    return outlook.pool_pressure.get((fit.class_name, *fit.shape), pressure)
 
 
 def claim_cost(fit: Fit, outlook: Outlook, taken: int, stranded: float) -> float:
@@ -131,10 +173,7 @@ def claim_cost(fit: Fit, outlook: Outlook, taken: int, stranded: float) -> float
     if _entirely_free(fit) or outlook.mix.serves_claims(
         fit.class_name, fit.free, fit.cpu_free, fit.memory_free
     ):
-        if fit.shape is not None:
-            pool = (fit.class_name, *fit.shape)
-            return taken * outlook.pool_pressure.get(pool, pressure)
-        return taken * pressure
+        return taken * pool_price(fit, outlook)
     return max(0.0, stranded) * pressure
 
 
